@@ -1,0 +1,22 @@
+"""funcgraph: dynamic-graph deep learning as pure functions over parameter dicts."""
+
+from . import nn, params, random
+from .errors import FuncgraphError
+from .model import Model, bind, from_module, stateless
+from .params import Params, State
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FuncgraphError",
+    "Model",
+    "Params",
+    "State",
+    "__version__",
+    "bind",
+    "from_module",
+    "nn",
+    "params",
+    "random",
+    "stateless",
+]

@@ -1,0 +1,5 @@
+"""``python -m funcgraph`` runs the CLI (what ``torchrun -m funcgraph`` needs)."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,63 @@
+"""The one family of user-facing errors.
+
+Every mistake a user can make (a bad config, a bad task spec, a corrupt checkpoint, a wrong
+shape, a missing key) raises a subclass of :class:`FuncgraphError`. The CLI catches exactly
+this family and prints it in one line with exit code 2; anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+
+class FuncgraphError(Exception):
+    """Base of every error funcgraph raises for a user mistake."""
+
+
+class ConfigError(FuncgraphError, ValueError):
+    """A model, run or CLI configuration is invalid; the message names the config path."""
+
+
+class ShapeError(FuncgraphError, ValueError):
+    """A tensor has a shape the function cannot accept; the message shows both shapes."""
+
+
+class KeyMissingError(FuncgraphError, ValueError):
+    """A function that needs randomness was called without a ``key``."""
+
+
+class TaskSpecError(FuncgraphError, ValueError):
+    """A task specification such as ``5way1shot`` could not be parsed or is impossible."""
+
+
+class DataError(FuncgraphError, ValueError):
+    """A dataset root or file is missing or malformed; the message names the path."""
+
+
+class CheckpointError(FuncgraphError, ValueError):
+    """A checkpoint is missing, corrupt or does not match the model it is loaded into."""
+
+
+class DeviceError(FuncgraphError, ValueError):
+    """A device string or placement plan is invalid or names a device that is absent."""
+
+
+class ExportError(FuncgraphError, RuntimeError):
+    """A model could not be exported."""
+
+
+class DistributedError(FuncgraphError, RuntimeError):
+    """A distributed run failed: a rank died, diverged or timed out."""
+
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "DeviceError",
+    "DistributedError",
+    "ExportError",
+    "FuncgraphError",
+    "KeyMissingError",
+    "ShapeError",
+    "TaskSpecError",
+]

@@ -1,0 +1,52 @@
+"""Pure layers and combinators. Every constructor returns a :class:`funcgraph.Model`."""
+
+from .compose import Children, composite, parallel, residual, serial
+from .dropout import dropout, embedding
+from .functional import (
+    adaptive_avg_pool2d,
+    adaptive_max_pool2d,
+    avg_pool2d,
+    elu,
+    flatten,
+    gelu,
+    identity,
+    leaky_relu,
+    lift,
+    max_pool2d,
+    relu,
+    sigmoid,
+    softmax,
+    tanh,
+)
+from .linear import conv1d, conv2d, linear
+from .norm import batch_norm, group_norm, layer_norm
+
+__all__ = [
+    "Children",
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "avg_pool2d",
+    "batch_norm",
+    "composite",
+    "conv1d",
+    "conv2d",
+    "dropout",
+    "elu",
+    "embedding",
+    "flatten",
+    "gelu",
+    "group_norm",
+    "identity",
+    "layer_norm",
+    "leaky_relu",
+    "lift",
+    "linear",
+    "max_pool2d",
+    "parallel",
+    "relu",
+    "residual",
+    "serial",
+    "sigmoid",
+    "softmax",
+    "tanh",
+]

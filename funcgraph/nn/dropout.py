@@ -1,0 +1,69 @@
+"""Dropout and embedding: the two simple layers that are not parameter-free maps."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .. import random
+from ..errors import KeyMissingError
+from ..model import Model
+from ..params import Params, State
+from ..random import Key
+
+
+def dropout(drop_prob: float = 0.5) -> Model:
+    """Zero each element with probability ``drop_prob`` in training, scaling the rest by
+    ``1 / (1 - drop_prob)`` (inverted dropout, as ``nn.Dropout``); identity in evaluation.
+
+    Training needs a ``key``; the mask is a pure function of it.
+    """
+    if not 0.0 <= drop_prob < 1.0:
+        raise ValueError(f"dropout: drop_prob must be in [0, 1), got {drop_prob!r}")
+
+    def init(key: Key) -> tuple[Params, State]:
+        return {}, {}
+
+    def apply(
+        params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
+    ) -> tuple[Tensor, State]:
+        if not train or drop_prob == 0.0:
+            return x, state
+        if key is None:
+            raise KeyMissingError(
+                "dropout: training mode needs a key; call apply(..., key=funcgraph.random.key(0),"
+                " train=True) or pass train=False"
+            )
+        keep = random.bernoulli(key, 1.0 - drop_prob, x.shape)
+        return torch.where(keep, x / (1.0 - drop_prob), torch.zeros_like(x)), state
+
+    return Model(init, apply, "dropout", {"drop_prob": drop_prob})
+
+
+def embedding(
+    num_embeddings: int,
+    embedding_dim: int,
+    *,
+    padding_idx: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Model:
+    """A lookup table ``weight (num_embeddings, embedding_dim)``, as ``nn.Embedding``
+    (initialised N(0, 1); the ``padding_idx`` row is zero and gets no gradient)."""
+
+    def init(key: Key) -> tuple[Params, State]:
+        weight = random.normal(key, (num_embeddings, embedding_dim), dtype=dtype)
+        if padding_idx is not None:
+            weight[padding_idx] = 0.0
+        return {"weight": weight}, {}
+
+    def apply(
+        params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
+    ) -> tuple[Tensor, State]:
+        return F.embedding(x, params["weight"], padding_idx), state
+
+    return Model(init, apply, "embedding", {"num_embeddings": num_embeddings,
+                                            "embedding_dim": embedding_dim})
+
+
+__all__ = ["dropout", "embedding"]

@@ -1,0 +1,128 @@
+"""Parameter-free layers: activations, pooling, flatten, and :func:`lift` to make more.
+
+Each is a Model with no params and no state, so it slots into ``serial`` like any layer and
+accepts (and ignores) ``key`` and ``train``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..model import Model
+from ..params import Params, State
+from ..random import Key
+
+
+def lift(fn: Callable[[Tensor], Tensor], name: str | None = None, **meta: Any) -> Model:
+    """A parameter-free Model computing ``fn(x)``."""
+
+    def init(key: Key) -> tuple[Params, State]:
+        return {}, {}
+
+    def apply(
+        params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
+    ) -> tuple[Tensor, State]:
+        return fn(x), state
+
+    return Model(init, apply, name or getattr(fn, "__name__", "lift"), dict(meta))
+
+
+def relu() -> Model:
+    return lift(F.relu, "relu")
+
+
+def gelu() -> Model:
+    return lift(F.gelu, "gelu")
+
+
+def tanh() -> Model:
+    return lift(torch.tanh, "tanh")
+
+
+def sigmoid() -> Model:
+    return lift(torch.sigmoid, "sigmoid")
+
+
+def elu(alpha: float = 1.0) -> Model:
+    return lift(lambda x: F.elu(x, alpha), "elu", alpha=alpha)
+
+
+def leaky_relu(negative_slope: float = 0.01) -> Model:
+    return lift(lambda x: F.leaky_relu(x, negative_slope), "leaky_relu", slope=negative_slope)
+
+
+def softmax(dim: int = -1) -> Model:
+    return lift(lambda x: F.softmax(x, dim=dim), "softmax", dim=dim)
+
+
+def identity() -> Model:
+    return lift(lambda x: x, "identity")
+
+
+def flatten(start_dim: int = 1, end_dim: int = -1) -> Model:
+    """``x.flatten(start_dim, end_dim)``, as ``nn.Flatten`` (batch dim kept by default)."""
+    return lift(lambda x: torch.flatten(x, start_dim, end_dim), "flatten", start_dim=start_dim)
+
+
+def max_pool2d(
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    *,
+    ceil_mode: bool = False,
+) -> Model:
+    """Max pooling over ``(B, C, H, W)``, as ``nn.MaxPool2d``."""
+    return lift(
+        lambda x: F.max_pool2d(x, kernel_size, stride, padding, ceil_mode=ceil_mode),
+        "max_pool2d", kernel_size=kernel_size, stride=stride, padding=padding,
+    )
+
+
+def avg_pool2d(
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    *,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+) -> Model:
+    """Average pooling over ``(B, C, H, W)``, as ``nn.AvgPool2d``."""
+    return lift(
+        lambda x: F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad),
+        "avg_pool2d", kernel_size=kernel_size, stride=stride, padding=padding,
+    )
+
+
+def adaptive_avg_pool2d(output_size: int | tuple[int, int]) -> Model:
+    """Average pooling to a fixed ``output_size``, as ``nn.AdaptiveAvgPool2d``."""
+    return lift(lambda x: F.adaptive_avg_pool2d(x, output_size), "adaptive_avg_pool2d",
+                output_size=output_size)
+
+
+def adaptive_max_pool2d(output_size: int | tuple[int, int]) -> Model:
+    """Max pooling to a fixed ``output_size``, as ``nn.AdaptiveMaxPool2d``."""
+    return lift(lambda x: F.adaptive_max_pool2d(x, output_size), "adaptive_max_pool2d",
+                output_size=output_size)
+
+
+__all__ = [
+    "adaptive_avg_pool2d",
+    "adaptive_max_pool2d",
+    "avg_pool2d",
+    "elu",
+    "flatten",
+    "gelu",
+    "identity",
+    "leaky_relu",
+    "lift",
+    "max_pool2d",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "tanh",
+]

@@ -1,0 +1,167 @@
+"""Checkpoints: safetensors tensors plus a JSON sidecar, written atomically, verified on load.
+
+A checkpoint ``NAME`` is two files: ``NAME.<hash>.safetensors`` holding groups of tensors
+under ``"<group>/<name>"`` (``params/fc.weight``, ``state/bn.running_mean``, ``opt/step``...)
+and ``NAME.json`` holding the metadata (step, config, key, versions), the tensor file's name
+and its SHA-256. Each is written to a temporary file, fsynced and renamed into place; the
+sidecar goes last and the tensor file's name carries its hash, so overwriting a checkpoint
+never leaves a sidecar pointing at the wrong tensors: a crash at any point leaves either the
+old checkpoint or the new one. Loading recomputes the hash and refuses a mismatch. Nothing is
+ever unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
+from torch import Tensor
+
+from ..errors import CheckpointError
+
+FORMAT_VERSION = 1
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _meta_path(path: str | Path) -> Path:
+    base = Path(path)
+    if base.suffix == ".json":
+        base = base.with_suffix("")
+    return base.with_name(base.name + ".json")
+
+
+def save_checkpoint(
+    path: str | Path, groups: Mapping[str, Mapping[str, Tensor]], meta: Mapping[str, Any]
+) -> Path:
+    """Write ``groups`` (e.g. ``{"params": ..., "state": ..., "opt": ...}``) and ``meta``.
+
+    Returns the path of the sidecar JSON. ``meta`` must be JSON-serialisable.
+    """
+    flat: dict[str, Tensor] = {}
+    for group, tensors in groups.items():
+        if "/" in group:
+            raise ValueError(f"save_checkpoint: group names may not contain '/': {group!r}")
+        for name, t in tensors.items():
+            flat[f"{group}/{name}"] = t.detach().to("cpu").contiguous().clone()
+    data = save(flat)
+    digest = hashlib.sha256(data).hexdigest()
+    meta_path = _meta_path(path)
+    stem = meta_path.name[: -len(".json")]
+    tensor_path = meta_path.with_name(f"{stem}.{digest[:16]}.safetensors")
+    _atomic_write(tensor_path, data)
+    sidecar = {
+        "format": FORMAT_VERSION,
+        "tensors": tensor_path.name,
+        "sha256": digest,
+        "groups": sorted(groups),
+        "torch": torch.__version__,
+        **dict(meta),
+    }
+    _atomic_write(meta_path, json.dumps(sidecar, indent=2, sort_keys=True).encode())
+    for stale in meta_path.parent.glob(f"{stem}.*.safetensors"):
+        if stale != tensor_path:
+            stale.unlink(missing_ok=True)
+    return meta_path
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    expect: Mapping[str, Mapping[str, Tensor]] | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, dict[str, Tensor]], dict[str, Any]]:
+    """Read and verify a checkpoint: ``(groups, meta)``.
+
+    With ``expect`` (groups of template tensors), every expected name must be present with the
+    same shape and dtype, and no extra names may appear: a mismatch is a
+    :class:`CheckpointError` that lists the differences.
+    """
+    meta_path = _meta_path(path)
+    if not meta_path.exists():
+        raise CheckpointError(
+            f"checkpoint {meta_path} not found (a checkpoint is NAME.json + its .safetensors)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {meta_path}: sidecar is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or "sha256" not in meta or "tensors" not in meta:
+        raise CheckpointError(f"checkpoint {meta_path}: sidecar lacks the sha256/tensors fields")
+    tensor_path = meta_path.with_name(Path(str(meta["tensors"])).name)
+    if not tensor_path.exists():
+        raise CheckpointError(f"checkpoint {tensor_path} is missing (sidecar {meta_path} exists)")
+    data = tensor_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise CheckpointError(
+            f"checkpoint {tensor_path} is corrupt: its SHA-256 does not match {meta_path.name}"
+        )
+    try:
+        flat = load_file(str(tensor_path), device=str(device))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {tensor_path} could not be read: {e}") from None
+    groups: dict[str, dict[str, Tensor]] = {g: {} for g in meta.get("groups", [])}
+    for full, t in flat.items():
+        group, _, name = full.partition("/")
+        groups.setdefault(group, {})[name] = t
+    if expect is not None:
+        _verify(tensor_path, groups, expect)
+    return groups, meta
+
+
+def _verify(
+    path: Path, groups: Mapping[str, Mapping[str, Tensor]], expect: Mapping[str, Mapping[str, Tensor]]
+) -> None:
+    problems: list[str] = []
+    for group, template in expect.items():
+        got = groups.get(group, {})
+        missing = sorted(set(template) - set(got))
+        extra = sorted(set(got) - set(template))
+        if missing:
+            problems.append(f"{group}: missing {missing[:5]}")
+        if extra:
+            problems.append(f"{group}: unexpected {extra[:5]}")
+        for name in sorted(set(template) & set(got)):
+            a, b = template[name], got[name]
+            if a.shape != b.shape or a.dtype != b.dtype:
+                problems.append(
+                    f"{group}/{name}: expected {tuple(a.shape)} {a.dtype}, "
+                    f"got {tuple(b.shape)} {b.dtype}"
+                )
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {path} does not match the model: " + "; ".join(problems[:6])
+        )
+
+
+def checkpoint_exists(path: str | Path) -> bool:
+    """True when the sidecar (written last) exists, i.e. the checkpoint is complete."""
+    return _meta_path(path).exists()
+
+
+__all__ = ["checkpoint_exists", "load_checkpoint", "save_checkpoint"]

@@ -1,0 +1,125 @@
+"""Optimisers as pure functions over Params, matching ``torch.optim`` step for step.
+
+An :class:`Optimizer` is ``init(params) -> opt_state`` and
+``update(params, grads, opt_state, *, lr=None) -> (params, opt_state)``. The optimiser state
+is itself a flat dict of tensors (``"exp_avg.fc.weight"``, ``"step"``), so it checkpoints to
+safetensors beside the params and vmaps like them. ``lr`` may be overridden per step, which is
+how schedules are applied (see :func:`cosine_lr`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..params import Params, add_prefix, select
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """A pure optimiser; see the module docstring."""
+
+    init: Callable[[Params], Params]
+    update: Callable[..., tuple[Params, Params]]
+    name: str
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+def _step(opt_state: Params, like: Tensor) -> Tensor:
+    return opt_state.get("step", torch.zeros((), dtype=torch.int64, device=like.device)) + 1
+
+
+def sgd(
+    lr: float, *, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
+) -> Optimizer:
+    """SGD with optional momentum/Nesterov and L2 weight decay, as ``torch.optim.SGD``."""
+
+    def init(params: Params) -> Params:
+        if momentum == 0.0:
+            return {}
+        return add_prefix({n: torch.zeros_like(p) for n, p in params.items()}, "momentum_buffer")
+
+    def update(
+        params: Params, grads: Params, opt_state: Params, *, lr: float = lr
+    ) -> tuple[Params, Params]:
+        bufs = select(opt_state, "momentum_buffer")
+        new_params: Params = {}
+        new_bufs: Params = {}
+        for n, p in params.items():
+            g = grads[n]
+            if weight_decay:
+                g = g + weight_decay * p
+            if momentum:
+                # torch.optim.SGD starts the buffer at the first gradient (no dampening).
+                first = opt_state.get("step") is None
+                b = g if first else momentum * bufs[n] + g
+                new_bufs[n] = b
+                g = g + momentum * b if nesterov else b
+            new_params[n] = p - lr * g
+        new_state = add_prefix(new_bufs, "momentum_buffer")
+        if momentum:
+            new_state["step"] = _step(opt_state, next(iter(params.values())))
+        return new_params, new_state
+
+    return Optimizer(init, update, "sgd", {"lr": lr, "momentum": momentum,
+                                            "weight_decay": weight_decay, "nesterov": nesterov})
+
+
+def adam(
+    lr: float = 1e-3,
+    *,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    decoupled: bool = False,
+) -> Optimizer:
+    """Adam (L2 weight decay, as ``torch.optim.Adam``) or AdamW (``decoupled=True``)."""
+    b1, b2 = betas
+
+    def init(params: Params) -> Params:
+        def zeros() -> Params:
+            return {n: torch.zeros_like(p) for n, p in params.items()}
+
+        return {**add_prefix(zeros(), "exp_avg"), **add_prefix(zeros(), "exp_avg_sq")}
+
+    def update(
+        params: Params, grads: Params, opt_state: Params, *, lr: float = lr
+    ) -> tuple[Params, Params]:
+        step = _step(opt_state, next(iter(params.values())))
+        t = float(step)
+        m_all, v_all = select(opt_state, "exp_avg"), select(opt_state, "exp_avg_sq")
+        new_params: Params = {}
+        new_m: Params = {}
+        new_v: Params = {}
+        for n, p in params.items():
+            g = grads[n]
+            if weight_decay and decoupled:
+                p = p * (1 - lr * weight_decay)
+            elif weight_decay:
+                g = g + weight_decay * p
+            m = b1 * m_all[n] + (1 - b1) * g
+            v = b2 * v_all[n] + (1 - b2) * g * g
+            denom = (v / (1 - b2**t)).sqrt() + eps
+            new_params[n] = p - (lr / (1 - b1**t)) * m / denom
+            new_m[n], new_v[n] = m, v
+        new_state = {**add_prefix(new_m, "exp_avg"), **add_prefix(new_v, "exp_avg_sq"),
+                     "step": step}
+        return new_params, new_state
+
+    name = "adamw" if decoupled else "adam"
+    return Optimizer(init, update, name, {"lr": lr, "betas": betas, "eps": eps,
+                                           "weight_decay": weight_decay})
+
+
+def cosine_lr(base_lr: float, step: int, total_steps: int, *, min_lr: float = 0.0) -> float:
+    """Cosine annealing from ``base_lr`` at step 0 to ``min_lr`` at ``total_steps``."""
+    progress = min(max(step / max(total_steps, 1), 0.0), 1.0)
+    return min_lr + 0.5 * (base_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+__all__ = ["Optimizer", "adam", "cosine_lr", "sgd"]
