@@ -1,14 +1,21 @@
-"""Training machinery shared by every command: optimisers, checkpoints."""
+"""Training machinery shared by every command: optimisers, checkpoints, run dirs, the loop."""
 
-from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from .checkpoint import atomic_write, checkpoint_exists, load_checkpoint, save_checkpoint
+from .loop import Groups, LoopConfig, run_loop
 from .optim import Optimizer, adam, cosine_lr, sgd
+from .run import Run
 
 __all__ = [
+    "Groups",
+    "LoopConfig",
     "Optimizer",
+    "Run",
     "adam",
+    "atomic_write",
     "checkpoint_exists",
     "cosine_lr",
     "load_checkpoint",
+    "run_loop",
     "save_checkpoint",
     "sgd",
 ]

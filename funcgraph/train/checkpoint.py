@@ -30,7 +30,8 @@ from ..errors import CheckpointError
 FORMAT_VERSION = 1
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a fsynced temporary file and a rename: all or nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -74,7 +75,7 @@ def save_checkpoint(
     meta_path = _meta_path(path)
     stem = meta_path.name[: -len(".json")]
     tensor_path = meta_path.with_name(f"{stem}.{digest[:16]}.safetensors")
-    _atomic_write(tensor_path, data)
+    atomic_write(tensor_path, data)
     sidecar = {
         "format": FORMAT_VERSION,
         "tensors": tensor_path.name,
@@ -83,7 +84,7 @@ def save_checkpoint(
         "torch": torch.__version__,
         **dict(meta),
     }
-    _atomic_write(meta_path, json.dumps(sidecar, indent=2, sort_keys=True).encode())
+    atomic_write(meta_path, json.dumps(sidecar, indent=2, sort_keys=True).encode())
     for stale in meta_path.parent.glob(f"{stem}.*.safetensors"):
         if stale != tensor_path:
             stale.unlink(missing_ok=True)
@@ -164,4 +165,4 @@ def checkpoint_exists(path: str | Path) -> bool:
     return _meta_path(path).exists()
 
 
-__all__ = ["checkpoint_exists", "load_checkpoint", "save_checkpoint"]
+__all__ = ["atomic_write", "checkpoint_exists", "load_checkpoint", "save_checkpoint"]

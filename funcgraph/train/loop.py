@@ -1,0 +1,148 @@
+"""The training loop every command shares: progress, metrics, checkpoints, Ctrl-C, resume.
+
+The loop knows nothing about models. It owns a dict of tensor groups (``"params"``,
+``"state"``, ``"opt"``...) and calls ``step_fn(step, groups) -> (groups, metrics)`` for each
+step. The step function must derive its randomness from the step number
+(``random.fold_in(root_key, step)``), never from a stateful generator: then the groups saved
+at step ``s`` are all it takes to continue, and a resumed run ends bit-identical to an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from torch import Tensor
+
+from .run import Run
+
+Groups = dict[str, dict[str, Tensor]]
+StepFn = Callable[[int, Groups], tuple[Groups, Mapping[str, float]]]
+ValidateFn = Callable[[int, Groups], Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the loop reports and saves.
+
+    Attributes:
+        total_steps: the step budget; the loop runs steps ``start_step .. total_steps - 1``.
+        checkpoint_every: write ``last`` every this many steps (and always at the end).
+        validate_every: call ``validate`` every this many steps (0: never).
+        log_every: append a metrics record every this many steps.
+        best_metric: validation metric whose improvement writes the ``best`` checkpoint.
+        maximize: whether larger ``best_metric`` is better.
+        items_per_step: for the rate column (tasks or examples per step).
+        item_name: unit of the rate column.
+        show_progress: draw the rich progress bar (rank 0 only in distributed runs).
+        write: write metrics and checkpoints (rank 0 only in distributed runs).
+    """
+
+    total_steps: int
+    checkpoint_every: int = 100
+    validate_every: int = 0
+    log_every: int = 10
+    best_metric: str | None = None
+    maximize: bool = True
+    items_per_step: int = 1
+    item_name: str = "items"
+    show_progress: bool = True
+    write: bool = True
+    description: str = "training"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _fmt(metrics: Mapping[str, float]) -> str:
+    return "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+
+
+def run_loop(
+    run: Run,
+    groups: Groups,
+    step_fn: StepFn,
+    cfg: LoopConfig,
+    *,
+    start_step: int = 0,
+    validate: ValidateFn | None = None,
+    best_value: float | None = None,
+) -> Groups:
+    """Run steps ``start_step .. cfg.total_steps - 1`` and return the final groups.
+
+    Checkpoint ``last`` holds the groups after ``meta["step"]`` completed steps. On Ctrl-C the
+    completed steps are saved before ``KeyboardInterrupt`` propagates.
+    """
+    done = start_step
+
+    def save(tag: str, extra: Mapping[str, Any] | None = None) -> None:
+        if cfg.write:
+            run.save(tag, groups, {**cfg.meta, "step": done, "best_value": best_value,
+                                   **(extra or {})})
+
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[metrics]}"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    ]
+    progress = Progress(*columns, disable=not cfg.show_progress, transient=False)
+    started = time.perf_counter()
+    try:
+        with progress:
+            bar = progress.add_task(cfg.description, total=cfg.total_steps, completed=start_step,
+                                    metrics="", rate="")
+            for step in range(start_step, cfg.total_steps):
+                groups, metrics = step_fn(step, groups)
+                done = step + 1
+                elapsed = time.perf_counter() - started
+                rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
+                shown = {k: float(v) for k, v in metrics.items()}
+                progress.update(bar, completed=done, metrics=_fmt(shown),
+                                rate=f"{rate:.1f} {cfg.item_name}/s")
+                if cfg.write and (done % cfg.log_every == 0 or done == cfg.total_steps):
+                    run.log({"kind": "train", "step": done, **shown,
+                             f"{cfg.item_name}_per_s": rate})
+                if validate is not None and cfg.validate_every and (
+                    done % cfg.validate_every == 0 or done == cfg.total_steps
+                ):
+                    val = {k: float(v) for k, v in validate(done, groups).items()}
+                    if cfg.write:
+                        run.log({"kind": "validation", "step": done, **val})
+                    progress.console.print(f"step {done}: {_fmt(val)}", highlight=False)
+                    if cfg.best_metric is not None and cfg.best_metric in val:
+                        value = val[cfg.best_metric]
+                        better = best_value is None or (
+                            value > best_value if cfg.maximize else value < best_value
+                        )
+                        if better and not math.isnan(value):
+                            best_value = value
+                            save("best")
+                if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
+                    save("last")
+    except KeyboardInterrupt:
+        save("last")
+        if cfg.show_progress:
+            progress.console.print(
+                f"interrupted: saved checkpoint at step {done} in {run.checkpoint_dir}; "
+                "continue with --resume"
+            )
+        raise
+    return groups
+
+
+__all__ = ["Groups", "LoopConfig", "StepFn", "ValidateFn", "run_loop"]
