@@ -1,0 +1,61 @@
+"""The Model record, bind, composites and the CLI skeleton."""
+
+import torch
+from typer.testing import CliRunner
+
+import funcgraph
+from funcgraph import bind, nn, random
+from funcgraph.cli import app
+from funcgraph.nn import Children, composite
+
+
+def _mlp():
+    return nn.serial({"fc1": nn.linear(3, 4), "act": nn.relu(), "drop": nn.dropout(0.5),
+                      "fc2": nn.linear(4, 2)})
+
+
+def test_bind_gives_plain_function_that_grad_and_vmap_compose_with():
+    model = _mlp()
+    params, state = model.init(random.key(0))
+    f = bind(model, state)
+    x = torch.randn(5, 3)
+    grads = torch.func.grad(lambda p: f(p, x).square().sum())(params)
+    assert set(grads) == set(params)
+    stacked = funcgraph.params.stack([params, model.init(random.key(1))[0]])
+    ys = torch.func.vmap(f, in_dims=(0, None))(stacked, x)
+    assert torch.allclose(ys[1], f(model.init(random.key(1))[0], x))
+
+
+def test_composite_splits_keys_per_child():
+    model = nn.serial(nn.dropout(0.5), nn.dropout(0.5))
+    params, state = model.init(random.key(0))
+    x = torch.ones(1000)
+    y1, _ = model.apply(params, state, x, key=random.key(3), train=True)
+    y2, _ = model.apply(params, state, x, key=random.key(3), train=True)
+    assert torch.equal(y1, y2), "same key must give the same masks"
+    # Two independent masks keep 1/4 of the entries (each scaled by 4), not 1/2.
+    assert abs(float((y1 > 0).float().mean()) - 0.25) < 0.05
+
+
+def test_uncalled_child_keeps_its_state():
+    children = {"a": nn.batch_norm(2), "b": nn.batch_norm(2)}
+
+    def forward(run: Children, x):
+        return run("a", x)
+
+    model = composite("only_a", children, forward)
+    params, state = model.init(random.key(0))
+    _, new_state = model.apply(params, state, torch.randn(4, 2) + 3, train=True)
+    assert int(new_state["a.num_batches_tracked"]) == 1
+    assert new_state["b.running_mean"] is state["b.running_mean"]
+    assert int(state["a.num_batches_tracked"]) == 0, "apply mutated its state argument"
+
+
+def test_cli_info_version_and_unknown_command():
+    runner = CliRunner()
+    result = runner.invoke(app, ["info"])
+    assert result.exit_code == 0 and "torch" in result.output and "threads" in result.output
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and funcgraph.__version__ in result.output
+    result = runner.invoke(app, ["no-such-command"])
+    assert result.exit_code == 2
