@@ -20,6 +20,7 @@ from .functional import (
 )
 from .linear import conv1d, conv2d, linear
 from .norm import batch_norm, group_norm, layer_norm
+from .recurrent import gru, lstm
 
 __all__ = [
     "Children",
@@ -36,11 +37,13 @@ __all__ = [
     "flatten",
     "gelu",
     "group_norm",
+    "gru",
     "identity",
     "layer_norm",
     "leaky_relu",
     "lift",
     "linear",
+    "lstm",
     "max_pool2d",
     "parallel",
     "relu",
