@@ -7,8 +7,16 @@ import torch
 
 from funcgraph import random
 from funcgraph.errors import CheckpointError, ConfigError
-from funcgraph.train import LoopConfig, Run, adam, cosine_lr, load_checkpoint, run_loop, sgd
-from funcgraph.train import save_checkpoint
+from funcgraph.train import (
+    LoopConfig,
+    Run,
+    adam,
+    cosine_lr,
+    load_checkpoint,
+    run_loop,
+    save_checkpoint,
+    sgd,
+)
 
 
 def _quadratic_grads(params):

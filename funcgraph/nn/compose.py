@@ -115,10 +115,13 @@ def composite(
     return Model(init, apply, name, {"children": names, **meta})
 
 
-def _named(layers: tuple[Model, ...] | tuple[Mapping[str, Model]]) -> dict[str, Model]:
+def _named(layers: tuple[Model | Mapping[str, Model], ...]) -> dict[str, Model]:
+    """Children by name: one mapping as given, or positional models named "0", "1", ..."""
     if len(layers) == 1 and isinstance(layers[0], Mapping):
         return dict(layers[0])
-    return {str(i): m for i, m in enumerate(layers)}  # type: ignore[misc]
+    if any(not isinstance(m, Model) for m in layers):
+        raise TypeError("expected Models, or a single dict of name -> Model")
+    return {str(i): m for i, m in enumerate(layers) if isinstance(m, Model)}
 
 
 def serial(*layers: Model | Mapping[str, Model], name: str = "serial") -> Model:
@@ -127,7 +130,7 @@ def serial(*layers: Model | Mapping[str, Model], name: str = "serial") -> Model:
     ``serial(a, b)`` names children ``"0"``, ``"1"``; ``serial({"conv": a, "norm": b})``
     uses the given names. Each child gets its own key.
     """
-    children = _named(layers)  # type: ignore[arg-type]
+    children = _named(layers)
 
     def forward(run: Children, x: Any) -> Any:
         for child in children:
@@ -162,7 +165,7 @@ def parallel(
 ) -> Model:
     """Run branches on the same input and combine: ``"concat"`` (along ``dim``), ``"sum"``,
     ``"stack"`` (new ``dim``), ``"tuple"``, or a function of the list of outputs."""
-    children = _named(branches)  # type: ignore[arg-type]
+    children = _named(branches)
     combiners: dict[str, Callable[[list[Any]], Any]] = {
         "concat": lambda ys: torch.cat(ys, dim=dim),
         "sum": lambda ys: torch.stack(ys).sum(0),
@@ -171,7 +174,9 @@ def parallel(
     }
     if isinstance(combine, str):
         if combine not in combiners:
-            raise ValueError(f"parallel: combine must be one of {sorted(combiners)}, got {combine!r}")
+            raise ValueError(
+                f"parallel: combine must be one of {sorted(combiners)}, got {combine!r}"
+            )
         join = combiners[combine]
     else:
         join = combine

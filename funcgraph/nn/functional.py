@@ -29,7 +29,7 @@ def lift(fn: Callable[[Tensor], Tensor], name: str | None = None, **meta: Any) -
     ) -> tuple[Tensor, State]:
         return fn(x), state
 
-    return Model(init, apply, name or getattr(fn, "__name__", "lift"), dict(meta))
+    return Model(init, apply, name or str(getattr(fn, "__name__", "lift")), dict(meta))
 
 
 def relu() -> Model:

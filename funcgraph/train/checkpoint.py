@@ -136,7 +136,9 @@ def load_checkpoint(
 
 
 def _verify(
-    path: Path, groups: Mapping[str, Mapping[str, Tensor]], expect: Mapping[str, Mapping[str, Tensor]]
+    path: Path,
+    groups: Mapping[str, Mapping[str, Tensor]],
+    expect: Mapping[str, Mapping[str, Tensor]],
 ) -> None:
     problems: list[str] = []
     for group, template in expect.items():

@@ -52,7 +52,7 @@ class Run:
         in ``may_change`` (by default the step budget may be extended).
         """
         path = Path(out)
-        config = json.loads(json.dumps(dict(config)))  # normalise: JSON types only
+        resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
         stored_path = path / CONFIG_FILE
         if resume:
             if not stored_path.exists():
@@ -62,21 +62,22 @@ class Run:
                 )
             stored = json.loads(stored_path.read_text())
             changed = sorted(
-                k for k in set(stored) | set(config)
-                if k not in set(may_change) and stored.get(k) != config.get(k)
+                k for k in set(stored) | set(resolved)
+                if k not in set(may_change) and stored.get(k) != resolved.get(k)
             )
             if changed:
-                diffs = ", ".join(f"{k}: {stored.get(k)!r} -> {config.get(k)!r}" for k in changed)
+                diffs = ", ".join(f"{k}: {stored.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
                 raise ConfigError(f"--resume: options differ from the run in {path}: {diffs}")
-            run = cls(path, config)
+            run = cls(path, resolved)
         else:
             if stored_path.exists():
                 raise ConfigError(
-                    f"{path} already holds a run; pass --resume to continue it or --out for a new one"
+                    f"{path} already holds a run; pass --resume to continue it "
+                    "or --out for a new one"
                 )
-            run = cls(path, config)
+            run = cls(path, resolved)
         path.mkdir(parents=True, exist_ok=True)
-        atomic_write(stored_path, json.dumps(config, indent=2, sort_keys=True).encode())
+        atomic_write(stored_path, json.dumps(resolved, indent=2, sort_keys=True).encode())
         return run
 
     @classmethod
