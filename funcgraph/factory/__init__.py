@@ -1,0 +1,35 @@
+"""Models from config files: ``load_model("conv4")``, ``build(config)``, custom layers by name.
+
+See ``docs/factory.md`` for the schema. Configs are data: types resolve only through the
+registry (:func:`register_layer`, the ``funcgraph.layers`` entry points), references
+(``"$hidden * 2"``) through a small safe evaluator, and every mistake raises
+:class:`~funcgraph.errors.ConfigError` naming the config path.
+"""
+
+from .build import Built, LayerRow, build, check_model, load_model, meta_init, shape_of
+from .config import apply_overrides, load_config, parse_overrides, shipped_configs
+from .inits import INITIALIZERS, with_init
+from .registry import REGISTRY, LayerType, Registry, Slot, channel_dim, last_dim, register_layer
+
+__all__ = [
+    "INITIALIZERS",
+    "REGISTRY",
+    "Built",
+    "LayerRow",
+    "LayerType",
+    "Registry",
+    "Slot",
+    "apply_overrides",
+    "build",
+    "channel_dim",
+    "check_model",
+    "last_dim",
+    "load_config",
+    "load_model",
+    "meta_init",
+    "parse_overrides",
+    "register_layer",
+    "shape_of",
+    "shipped_configs",
+    "with_init",
+]

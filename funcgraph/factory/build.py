@@ -1,0 +1,408 @@
+"""Config -> Model, with shape inference on meta tensors and path-precise errors.
+
+The builder walks the layer tree once. For each layer it resolves ``$`` references (against
+``vars``, the layer's input shape ``$in_shape`` and the output shapes so far ``$shapes``),
+fills omitted input sizes from the input shape, checks the params against the constructor's
+signature, builds the children of a block, calls the constructor, and then runs the new
+layer's ``init`` and ``apply`` on ``torch.device("meta")`` tensors: shapes and parameter counts
+without real compute. Every failure is a :class:`ConfigError` naming the config path.
+
+Schema (JSON shown; TOML and YAML have the same structure)::
+
+    {"name": "mlp", "vars": {"hidden": 64}, "input_shape": [1, 784],
+     "layers": [{"type": "linear", "params": {"out_features": "$hidden"}},
+                "relu",
+                {"type": "linear", "name": "head", "params": {"out_features": 10},
+                 "init": {"weight": {"type": "kaiming_normal"}, "bias": "zeros"}}]}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import nn, random
+from ..errors import ConfigError
+from ..model import Model
+from ..params import Params, State
+from .config import (
+    SUFFIXES,
+    TOP_KEYS,
+    Variables,
+    apply_overrides,
+    at,
+    describe,
+    error,
+    load_config,
+    load_shipped,
+    shipped_configs,
+    suggest,
+)
+from .inits import with_init
+from .registry import REGISTRY, LayerType, Registry, Slot
+from .values import bind, coerce
+
+_NODE_KEYS = ("type", "name", "params", "init")
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One line of the summary: a layer's param prefix, type, output shape and param count."""
+
+    module: str
+    type: str
+    depth: int
+    output_shape: Any
+    params: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Built:
+    """A built model with what was learned while building it.
+
+    Attributes:
+        model: the Model (its ``meta["config"]`` holds the config with overrides applied).
+        rows: one per layer, parents before children, depth 0 at the top.
+        input_shape: the declared input shape (batch dim included), or None.
+        output_shape: the inferred output shape (a tuple, or a structure of them), or None.
+        total_params: number of trainable elements.
+    """
+
+    model: Model
+    rows: tuple[LayerRow, ...]
+    input_shape: tuple[int, ...] | None
+    output_shape: Any
+    total_params: int
+
+
+def shape_of(value: Any) -> Any:
+    """A meta value's shape for messages and tables: a tuple, or a structure of tuples."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, list | tuple):
+        return type(value)(shape_of(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: shape_of(v) for k, v in value.items()}
+    return value
+
+
+def meta_init(model: Model) -> tuple[Params, State]:
+    """``model.init`` on the meta device: names, shapes and dtypes, no memory, no compute."""
+    with torch.device("meta"):
+        return model.init(random.key(0))
+
+
+def _count(params: Params) -> int:
+    return sum(t.numel() for t in params.values())
+
+
+def _first_line(e: BaseException, layer: str) -> str:
+    """An exception from a layer in one line; the class name only where it adds meaning
+    (a ValueError from a layer is its way of saying "bad argument")."""
+    lines = str(e).strip().splitlines()
+    text = lines[0] if lines else ""
+    if not isinstance(e, ValueError):
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if text.startswith(f"{layer}:") else f"{layer}: {text}"
+
+
+def fmt_shape(shape: Any) -> str:
+    """``(2, 8)`` for a tensor shape, the structure for several outputs, ``?`` when unknown."""
+    return "?" if shape is None else str(shape)
+
+
+class _Builder:
+    def __init__(self, variables: Variables, registry: Registry) -> None:
+        self.variables = variables
+        self.registry = registry
+        self.rows: list[LayerRow | None] = []
+        self.shapes: dict[str, Any] = {}
+
+    # -- one layer ------------------------------------------------------------------------
+    def node(self, spec: Any, path: str, module: str, x: Any, depth: int) -> tuple[Model, Any]:
+        if isinstance(spec, str):
+            spec = {"type": spec}
+        if not isinstance(spec, dict):
+            raise error(path, 'expected a layer such as {"type": "linear", "params": {...}} '
+                              f"or a type name, got {describe(spec)}")
+        if "type" not in spec:
+            raise error(at(path, "type"), "missing: every layer needs a type")
+        kind = spec["type"]
+        if not isinstance(kind, str):
+            raise error(at(path, "type"), f"expected a layer type name, got {describe(kind)}")
+        layer = self.registry.get(kind, at(path, "type"))
+        allowed = (*_NODE_KEYS, *(s.name for s in layer.slots))
+        for key in spec:
+            if key not in allowed:
+                hint = suggest(str(key), allowed)
+                raise error(at(path, str(key)),
+                            f"unknown key for {kind}{hint}; allowed: {', '.join(allowed)}")
+        row = len(self.rows)
+        self.rows.append(None)
+        kwargs = self.params(layer, spec.get("params", {}), at(path, "params"), x)
+        children: dict[str, Any] = {}
+        outputs: dict[str, Any] = {}
+        for slot in layer.slots:
+            children[slot.name], outputs[slot.name] = self.slot(
+                layer, slot, spec.get(slot.name), at(path, slot.name), module, x, depth)
+        model = self.construct(layer, kwargs, children, path)
+        meta_params, _ = self.guarded(lambda: meta_init(model), path, f"{kind} init")
+        if "init" in spec:
+            model = with_init(model, self.variables.resolve(spec["init"], at(path, "init")),
+                              at(path, "init"), meta_params)
+        y = self.output(layer, model, kwargs, outputs, x, path)
+        self.rows[row] = LayerRow(module, kind, depth, shape_of(y), _count(meta_params), path)
+        self.shapes[module] = shape_of(y)
+        return model, y
+
+    def params(self, layer: LayerType, raw: Any, path: str, x: Any) -> dict[str, Any]:
+        """Resolve references, fill inferable params from the input shape, check types."""
+        if not isinstance(raw, dict):
+            raise error(path, f"expected a mapping of names to values, got {describe(raw)}")
+        env: dict[str, Any] = {"shapes": dict(self.shapes)}
+        in_shape = shape_of(x) if isinstance(x, torch.Tensor) else None
+        if in_shape is not None:
+            env["in_shape"] = in_shape
+        given = self.variables.resolve(raw, path, env)
+        for name, rule in layer.infer.items():
+            if in_shape is None:
+                if name not in given:
+                    why = ("the config has no input_shape" if x is None
+                           else f"the input is {fmt_shape(shape_of(x))}, not one tensor")
+                    raise error(at(path, name), f"missing, and it cannot be inferred because {why};"
+                                                f" give {name} or the config's input_shape")
+                continue
+            try:
+                inferred = rule(in_shape)
+            except (IndexError, ValueError, TypeError):
+                raise error(at(path, name), f"cannot be inferred from input shape {in_shape}; "
+                                            f"give {name}") from None
+            if name not in given:
+                given[name] = inferred
+            elif given[name] != inferred and _as_list(given[name]) != _as_list(inferred):
+                raise error(at(path, name), f"{describe(given[name])} does not match the input "
+                                            f"shape {in_shape} ({name} would be {inferred})")
+        return bind(layer.schema or layer.fn, given, path, what=layer.name,
+                    exclude=(*(s.name for s in layer.slots), *layer.hidden),
+                    positive=layer.positive)
+
+    def slot(self, layer: LayerType, slot: Slot, value: Any, path: str, module: str, x: Any,
+             depth: int) -> tuple[Any, Any]:
+        if value is None:
+            if slot.required:
+                raise error(path, f"missing: {layer.name} needs {slot.name}")
+            return None, None
+        prefix = _join(module, slot.name) if slot.prefix else module
+        if slot.kind == "chain":
+            return self.chain(value, path, prefix, x, depth + 1, name=slot.name)
+        if not isinstance(value, list) or not value:
+            raise error(path, f"expected a non-empty list of branches, got {describe(value)}")
+        branches: dict[str, Model] = {}
+        outs = []
+        for i, item in enumerate(value):
+            name = self.child_name(item, i, at(path, i), branches)
+            branches[name], y = self.node(item, at(path, i), _join(prefix, name), x, depth + 1)
+            outs.append(y)
+        return branches, outs
+
+    def chain(self, value: Any, path: str, module: str, x: Any, depth: int,
+              name: str) -> tuple[Model, Any]:
+        """One layer (a mapping) or a list of layers run in order (a ``serial``)."""
+        if not isinstance(value, list):
+            return self.node(value, path, module, x, depth)
+        if not value:
+            raise error(path, "expected at least one layer, got an empty list")
+        children: dict[str, Model] = {}
+        for i, item in enumerate(value):
+            child = self.child_name(item, i, at(path, i), children)
+            children[child], x = self.node(item, at(path, i), _join(module, child), x, depth)
+        return nn.serial(children, name=name), x
+
+    def child_name(self, item: Any, index: int, path: str, taken: Mapping[str, Any]) -> str:
+        name = item.get("name", str(index)) if isinstance(item, dict) else str(index)
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise error(at(path, "name"), "expected a name of letters, digits and underscores, "
+                                           f"got {describe(name)}")
+        if name in taken:
+            raise error(at(path, "name"), f"duplicate layer name {describe(name)} in this block")
+        return name
+
+    # -- user code boundaries -------------------------------------------------------------
+    def guarded(self, thunk: Any, path: str, what: str) -> Any:
+        try:
+            return thunk()
+        except ConfigError:
+            raise
+        except Exception as e:  # a layer's own error, whatever its type, is about this config
+            raise error(path, _first_line(e, what)) from None
+
+    def construct(self, layer: LayerType, kwargs: dict[str, Any], children: dict[str, Any],
+                  path: str) -> Model:
+        try:
+            model = layer.fn(**kwargs, **children)
+        except ConfigError:
+            raise
+        except Exception as e:
+            message = str(e)
+            named = [k for k in kwargs if re.search(rf"\b{re.escape(k)}\b", message)]
+            where = at(at(path, "params"), named[0]) if len(named) == 1 else path
+            raise error(where, _first_line(e, layer.name)) from None
+        if not isinstance(model, Model):
+            raise error(path, f"{layer.name} returned {type(model).__name__}, not a Model")
+        return model
+
+    def output(self, layer: LayerType, model: Model, kwargs: dict[str, Any],
+               outputs: dict[str, Any], x: Any, path: str) -> Any:
+        """The layer's output on meta tensors (or by its shape rule), None without input."""
+        if x is None:
+            return None
+        if layer.check is not None:
+            message = layer.check(x, outputs, kwargs)
+            if message:
+                raise error(path, message)
+        try:
+            with torch.device("meta"):
+                params, state = model.init(random.key(0))
+                y, _ = model.apply(params, state, x)
+            return y
+        except ConfigError:
+            raise
+        except Exception as e:
+            if layer.shape_rule is None or not isinstance(x, torch.Tensor):
+                raise error(path, f"{layer.name} cannot take input of shape "
+                                  f"{fmt_shape(shape_of(x))}: {_first_line(e, layer.name)}"
+                            ) from None
+        rule = layer.shape_rule
+        out_shape = self.guarded(lambda: rule(tuple(x.shape), **kwargs), path,
+                                 f"{layer.name} shape rule")
+        return torch.empty(tuple(out_shape), device="meta")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _as_list(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple | list) else [value]
+
+
+def build(
+    config: Mapping[str, Any],
+    overrides: Mapping[str, str] | None = None,
+    *,
+    input_shape: Sequence[int] | None = None,
+    registry: Registry = REGISTRY,
+) -> Built:
+    """Build a Model from a config mapping.
+
+    Arguments:
+        config: the parsed config (see the module docstring for the schema).
+        overrides: ``--set`` pairs (:func:`~funcgraph.factory.parse_overrides`).
+        input_shape: the input shape with batch dim; replaces the config's ``input_shape``.
+        registry: where type names resolve (the global one by default).
+    Returns:
+        :class:`Built`: the model plus the per-layer summary.
+    Raises:
+        ConfigError: with the config path of the first problem.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"a config must be a mapping at the top, got {describe(config)}")
+    config = apply_overrides(config, overrides or {})
+    for key in config:
+        if key not in TOP_KEYS:
+            raise error(str(key), f"unknown top-level key{suggest(str(key), TOP_KEYS)}; "
+                                  f"allowed: {', '.join(TOP_KEYS)}")
+    raw_vars = config.get("vars", {})
+    if not isinstance(raw_vars, dict):
+        raise error("vars", f"expected a mapping of names to values, got {describe(raw_vars)}")
+    variables = Variables(raw_vars)
+    variables.all()
+    name = config.get("name", "model")
+    if not isinstance(name, str):
+        raise error("name", f"expected a string, got {describe(name)}")
+    shape = _input_shape(config, variables, input_shape)
+    dtype = coerce(variables.resolve(config.get("input_dtype", "float32"), "input_dtype"),
+                   torch.dtype, "input_dtype")
+    x = None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+    builder = _Builder(variables, registry)
+    if ("layers" in config) == ("model" in config):
+        raise error("layers", "a config needs exactly one of layers (a list run in order) "
+                              "or model (one layer or block)")
+    if "layers" in config:
+        if not isinstance(config["layers"], list):
+            raise error("layers", f"expected a list of layers, got {describe(config['layers'])}")
+        model, y = builder.chain(config["layers"], "layers", "", x, 0, name=name)
+    else:
+        model, y = builder.node(config["model"], "model", "", x, 0)
+    params, _ = meta_init(model)
+    if "init" in config:
+        model = with_init(model, variables.resolve(config["init"], "init"), "init", params)
+    model = dataclasses.replace(model, meta={**model.meta, "config": config,
+                                             "input_shape": shape})
+    rows = tuple(r for r in builder.rows if r is not None)
+    return Built(model, rows, shape, shape_of(y), _count(params))
+
+
+def _input_shape(config: Mapping[str, Any], variables: Variables,
+                 override: Sequence[int] | None) -> tuple[int, ...] | None:
+    raw = list(override) if override is not None else config.get("input_shape")
+    if raw is None:
+        return None
+    value = coerce(variables.resolve(raw, "input_shape"), tuple[int, ...], "input_shape")
+    if not value or any(d < 0 for d in value):
+        raise error("input_shape", f"expected a list of non-negative ints, got {describe(raw)}")
+    return tuple(value)
+
+
+def resolve_source(path_or_name: str) -> tuple[dict[str, Any], str, bool]:
+    """``(config, label, registered)`` for a config file path, a shipped config name, or a
+    registered model type (``registered=True``: built as ``{"model": {"type": name}}``)."""
+    p = Path(path_or_name)
+    if p.suffix.lower() in SUFFIXES or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"{path_or_name}: no such config file")
+        return load_config(p), str(p), False
+    if path_or_name in shipped_configs():
+        return load_shipped(path_or_name), path_or_name, False
+    if path_or_name in REGISTRY:
+        config = {"name": path_or_name, "model": {"type": path_or_name, "params": {}}}
+        return config, path_or_name, True
+    known = [*shipped_configs(), *REGISTRY.names()]
+    raise ConfigError(f"{path_or_name}: not a config file, shipped config or registered model"
+                      f"{suggest(path_or_name, known)}")
+
+
+def check_model(path_or_name: str, overrides: Mapping[str, str] | None = None, *,
+                input_shape: Sequence[int] | None = None) -> Built:
+    """Load and build ``path_or_name`` (see :func:`resolve_source`); errors name the source.
+
+    For a registered model named directly, overrides set its constructor params
+    (``depth=3`` -> ``model.params.depth``).
+    """
+    config, label, registered = resolve_source(path_or_name)
+    if registered:
+        overrides = {at("model.params", k): v for k, v in (overrides or {}).items()}
+    try:
+        return build(config, overrides, input_shape=input_shape)
+    except ConfigError as e:
+        raise ConfigError(f"{label}: {e}") from None
+
+
+def load_model(path_or_name: str, overrides: Mapping[str, str] | None = None) -> Model:
+    """The Model described by a config file, a shipped config name or a registered model.
+
+    Example: ``load_model("mlp", parse_overrides(["hidden=128"]))``.
+    """
+    return check_model(path_or_name, overrides).model
+
+
+__all__ = ["Built", "LayerRow", "build", "check_model", "load_model", "meta_init",
+           "fmt_shape", "resolve_source", "shape_of"]
