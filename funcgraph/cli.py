@@ -15,6 +15,7 @@ from . import __version__
 
 COMMANDS = [
     "info",
+    "model",
 ]
 
 app = typer.Typer(
