@@ -1,0 +1,63 @@
+"""Meta-learning: MAML, first-order MAML, Meta-SGD, ANIL, Reptile, prototypical networks.
+
+Every algorithm is a :class:`MetaLearner`, pure functions over a flat dict of
+meta-parameters taking any ``apply(params, x)``; :mod:`.strategy` maps them over a batch of
+tasks (``vmap`` or a loop), :mod:`.evaluate` scores held-out tasks with a 95% CI, and
+:mod:`.train` is the library behind ``funcgraph meta-train``.
+"""
+
+from .evaluate import EvalResult, TaskSampler, confidence_interval, evaluate
+from .learner import (
+    LR_PREFIX,
+    ApplyFn,
+    MetaLearner,
+    Objective,
+    Task,
+    accuracy,
+    model_params,
+    objective,
+)
+from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, task_loss
+from .protonet import protonet, protonet_logits, prototypes, squared_distances
+from .reptile import reptile
+from .strategy import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    mean_task_grads,
+    measure_strategies,
+    resolve_strategy,
+    task_evals,
+)
+
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "LR_PREFIX",
+    "STRATEGIES",
+    "ApplyFn",
+    "EvalResult",
+    "InnerLoop",
+    "MetaLearner",
+    "Objective",
+    "Task",
+    "TaskSampler",
+    "accuracy",
+    "adapt",
+    "anil",
+    "confidence_interval",
+    "evaluate",
+    "fomaml",
+    "maml",
+    "mean_task_grads",
+    "measure_strategies",
+    "metasgd",
+    "model_params",
+    "objective",
+    "protonet",
+    "protonet_logits",
+    "prototypes",
+    "reptile",
+    "resolve_strategy",
+    "squared_distances",
+    "task_evals",
+    "task_loss",
+]

@@ -1,0 +1,57 @@
+"""Prototypical networks (Snell et al., 2017) as a :class:`~funcgraph.meta.learner.MetaLearner`.
+
+``embed(params, x)`` maps images to vectors (conv4 with ``ways=None``). A class prototype is
+the mean embedding of its support examples; a query's logits are the negative squared
+Euclidean distances to the prototypes, trained with cross-entropy. No inner loop: adaptation
+is computing the prototypes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..params import Params
+from .learner import ApplyFn, MetaLearner, Task, accuracy, objective
+
+
+def prototypes(support: Tensor, labels: Tensor, ways: int) -> Tensor:
+    """Per-class mean of ``support (S, D)`` for ``labels (S,)`` in ``[0, ways)``: ``(ways, D)``."""
+    onehot = F.one_hot(labels, ways).to(support.dtype)  # (S, ways)
+    return (onehot.T @ support) / onehot.sum(0).unsqueeze(1)
+
+
+def squared_distances(queries: Tensor, protos: Tensor) -> Tensor:
+    """``|q_i - p_j|^2`` for ``queries (Q, D)`` and ``protos (N, D)``: ``(Q, N)``."""
+    return (queries.unsqueeze(1) - protos.unsqueeze(0)).pow(2).sum(-1)
+
+
+def protonet_logits(embed: ApplyFn, params: Params, task: Task, ways: int) -> Tensor:
+    """``(N*Q, ways)`` logits: minus squared distances of query embeddings to prototypes."""
+    protos = prototypes(embed(params, task.support_x), task.support_y, ways)
+    return -squared_distances(embed(params, task.query_x), protos)
+
+
+def protonet(embed: ApplyFn, *, ways: int) -> MetaLearner:
+    """Prototypical networks over ``embed(params, x) -> (B, D)`` for ``ways``-way tasks."""
+    obj = objective("classification")
+
+    def loss_fn(params: Params, task: Task) -> tuple[Tensor, Tensor]:
+        logits = protonet_logits(embed, params, task, ways)
+        return F.cross_entropy(logits, task.query_y), accuracy(logits, task.query_y)
+
+    grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
+
+    def task_grad(params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        grads, (loss, acc) = grad_fn(params, task)
+        return grads, loss.detach(), acc
+
+    def task_eval(params: Params, task: Task) -> tuple[Tensor, Tensor]:
+        loss, acc = loss_fn(params, task)
+        return loss.detach(), acc
+
+    return MetaLearner("protonet", dict, task_grad, task_eval, obj, {"ways": ways})
+
+
+__all__ = ["prototypes", "protonet", "protonet_logits", "squared_distances"]
