@@ -16,6 +16,8 @@ from . import __version__
 COMMANDS = [
     "info",
     "model",
+    "meta_train",
+    "evaluate",
 ]
 
 app = typer.Typer(

@@ -10,6 +10,7 @@ sinusoid tasks are drawn from independent key streams.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import random
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, TaskSpecError
 from ..model import Model
 from ..random import Key
 from .evaluate import TaskSampler
@@ -95,18 +96,29 @@ def task_sources(
         return _classification(loaded, spec, train_queries, rotate)
     if dataset == "sinusoid":
         from ..data import sinusoid_tasks
-        from ..data.tasks import TaskSpec
 
-        task_spec = TaskSpec.parse(spec)
+        shots, queries = sinusoid_spec(spec)
 
         def stream(tag: int) -> TaskSampler:
             def sample(key: Key, n: int) -> Task:
-                return Task.of(sinusoid_tasks(random.fold_in(key, tag), n, task_spec.shots,
-                                              task_spec.queries))
+                return Task.of(sinusoid_tasks(random.fold_in(key, tag), n, shots, queries))
             return sample
 
         return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
     raise ConfigError(f"--dataset must be one of {DATASETS}, got {dataset!r}")
+
+
+_SINUSOID_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
+
+
+def sinusoid_spec(text: str) -> tuple[int, int]:
+    """``"10shot"`` (or ``"10shot20query"``; a ``"<N>way"`` prefix is ignored) -> ``(K, Q)``;
+    the query count defaults to K, as in the MAML paper."""
+    m = _SINUSOID_SPEC.fullmatch(text.strip().lower())
+    if m is None or int(m[1]) < 1 or (m[2] is not None and int(m[2]) < 1):
+        raise TaskSpecError(f"sinusoid task spec {text!r} is not of the form '<K>shot' or "
+                            "'<K>shot<Q>query' with K, Q >= 1, e.g. '10shot'")
+    return int(m[1]), int(m[2] or m[1])
 
 
 def default_model_config(algo: str, sources: TaskSources) -> dict[str, Any]:
@@ -169,4 +181,4 @@ def build_model(config: Mapping[str, Any], *, dtype: torch.dtype = torch.float32
 
 
 __all__ = ["DATASETS", "TaskSources", "build_model", "default_model_config", "model_config",
-           "parse_sets", "parse_value", "task_sources"]
+           "parse_sets", "parse_value", "sinusoid_spec", "task_sources"]

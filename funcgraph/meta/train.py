@@ -87,6 +87,28 @@ class MetaTrainConfig:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Reptile fits all of a task's examples with several plain SGD steps.
+    "reptile": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 10, "train_queries": 5,
+                "meta_lr": 1e-3},
+    # Prototypical networks have no inner loop; more queries per class are cheap.
+    "protonet": {"train_queries": 5, "meta_lr": 1e-3},
+}
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    # The MAML paper's sinusoid setting: K = 10, inner lr 0.01, meta-batch 25, Adam 1e-3.
+    "sinusoid": {"tasks": "10shot", "inner_lr": 0.01, "meta_lr": 1e-3, "meta_batch": 25,
+                 "inner_steps_eval": 10, "train_queries": None},
+}
+
+
+def default_config(algo: str = "maml", dataset: str = "glyphs", **given: Any) -> MetaTrainConfig:
+    """The config for ``algo`` on ``dataset``: the class defaults, then the per-algorithm and
+    per-dataset defaults, then ``given`` (options the user set; ``None`` values are skipped)."""
+    values: dict[str, Any] = {**ALGO_DEFAULTS.get(algo, {}), **DATASET_DEFAULTS.get(dataset, {})}
+    values.update({k: v for k, v in given.items() if v is not None})
+    return MetaTrainConfig(algo=algo, dataset=dataset, **values)
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` (CUDA, then MPS, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
     if device == "auto":
@@ -265,5 +287,6 @@ def evaluate_run(
     return run, result
 
 
-__all__ = ["ALGOS", "MetaTrainConfig", "MetaTrainResult", "build_learner", "evaluate_run",
-           "init_params", "meta_train", "resolve_device"]
+__all__ = ["ALGOS", "ALGO_DEFAULTS", "DATASET_DEFAULTS", "MetaTrainConfig", "MetaTrainResult",
+           "build_learner", "default_config", "evaluate_run", "init_params", "meta_train",
+           "resolve_device"]

@@ -1,0 +1,41 @@
+"""``funcgraph evaluate RUN_DIR``: score a meta-training run's checkpoint on held-out tasks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import DeviceOption, console, user_errors
+
+
+@user_errors
+def evaluate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by meta-train.")],
+    tasks: Annotated[str | None, typer.Option(
+        help="Task spec to evaluate on (default: the run's), e.g. 5way1shot15query.")] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Held-out tasks to average over.")] = 600,
+    inner_steps_eval: Annotated[int | None, typer.Option(
+        min=0, help="Inner steps on each support set (default: the run's).")] = None,
+    checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
+    device: DeviceOption = "auto",
+    seed: Annotated[int | None, typer.Option(
+        min=0, help="Seed of the test tasks (default: the run's).")] = None,
+) -> None:
+    """Adapt on each held-out task's support set and report query accuracy +- 95% CI.
+
+    Example: funcgraph evaluate runs/maml-glyphs-5way1shot-20260101-120000 --episodes 600
+    """
+    from ..meta.train import evaluate_run
+
+    if checkpoint not in ("best", "last"):
+        raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
+                                 param_hint="--checkpoint")
+    run, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
+                               inner_steps_eval=inner_steps_eval, device=device, seed=seed)
+    console.print(f"{run.path}: {result}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("evaluate")(evaluate)
