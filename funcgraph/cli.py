@@ -15,6 +15,8 @@ from . import __version__
 
 COMMANDS = [
     "info",
+    "graph",
+    "export",
     "model",
     "meta_train",
     "evaluate",

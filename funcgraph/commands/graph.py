@@ -1,0 +1,144 @@
+"""``funcgraph graph``: capture and print the graph a model actually executed for one input."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from .common import DeviceOption, console, user_errors
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+
+class GraphFormat(StrEnum):
+    text = "text"
+    mermaid = "mermaid"
+    dot = "dot"
+    svg = "svg"
+
+
+def _literal(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def resolve_model(spec: str | Mapping[str, Any], overrides: Mapping[str, str] | None = None
+                  ) -> Model:
+    """The Model named by ``spec``: a config file, a shipped config or a registered model name
+    (through :func:`funcgraph.factory.load_model`), or a run config's ``model`` entry (a
+    config mapping, or ``{"name": NAME, **hyperparams}`` for :func:`funcgraph.models.build`).
+    A name the factory does not know is looked up in :data:`funcgraph.models.REGISTRY`.
+    """
+    from ..errors import ConfigError
+    from ..factory import build, load_model
+    from ..models import REGISTRY
+    from ..models import build as build_named
+
+    overrides = dict(overrides or {})
+    literal = {k: _literal(v) for k, v in overrides.items()}
+    if isinstance(spec, Mapping):
+        if "layers" in spec or "model" in spec:
+            return build(spec, overrides).model
+        return build_named({**spec, **literal})
+    try:
+        return load_model(spec, overrides)
+    except ConfigError:
+        if spec not in REGISTRY:
+            raise
+    return build_named({"name": spec, **literal})
+
+
+def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
+    """``"1,1,28,28"`` -> ``(1, 1, 28, 28)``; :class:`ConfigError` on anything else."""
+    from ..errors import ConfigError
+
+    try:
+        shape = tuple(int(p) for p in re.split(r"[,x]", text.strip()))
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise ConfigError(f"{option}: expected positive ints like 1,1,28,28, got {text!r}")
+    return shape
+
+
+def model_input_shape(model: Model, given: str | None, *sources: Any) -> tuple[int, ...]:
+    """The input shape from the option, else the first source that has one, else the model's
+    ``meta["input_shape"]`` (recorded by config-built models)."""
+    from ..errors import ConfigError
+
+    if given:
+        return parse_shape(given)
+    for value in (*sources, model.meta.get("input_shape")):
+        if value:
+            return parse_shape(",".join(str(d) for d in value), "input_shape")
+    raise ConfigError(f"model {model.name!r} records no input shape; pass --input-shape, "
+                      "e.g. --input-shape 1,1,28,28")
+
+
+@user_errors
+def graph(
+    model: Annotated[str, typer.Option("--model", "-m",
+                                       help="Registered model name or config file.")],
+    input_shape: Annotated[str | None, typer.Option(
+        help="Input shape with batch dim, e.g. 1,1,28,28 (default: the config's).")] = None,
+    fmt: Annotated[GraphFormat, typer.Option("--format", "-f", help="Output format.")] =
+        GraphFormat.text,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of params, input and model key.")] = 0,
+    train: Annotated[bool, typer.Option(
+        "--train/--eval", help="Train mode: stochastic depth and dropout draw from the key.")]
+        = False,
+    depth: Annotated[int, typer.Option(
+        min=0, help="Collapse blocks deeper than this many name levels (0: every op).")] = 0,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", "-s", help="Model override KEY=VALUE (repeatable).")] = None,
+    device: DeviceOption = "auto",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of printing.")] = None,
+) -> None:
+    """Run a model once on a random input and show the graph that actually executed.
+
+    Ops are grouped by parameter prefix (layer1.0.conv1); with stochastic depth (--train) or
+    early exit, different --seed values show different paths.
+
+    Example: funcgraph graph --model conv4 --set ways=5 --input-shape 1,1,28,28 --format mermaid
+    """
+    from .. import params as P
+    from .. import random
+    from ..debug import capture, render
+    from ..errors import ShapeError
+    from ..factory import parse_overrides
+    from ..placement import resolve_device
+
+    dev = resolve_device(device)
+    built = resolve_model(model, parse_overrides(overrides or []))
+    shape = model_input_shape(built, input_shape)
+    root = random.key(seed)
+    params, state = built.init(random.fold_in(root, 0))
+    params, state = P.to(params, dev), P.to(state, dev)
+    x = random.normal(random.fold_in(root, 1), shape).to(dev)
+    key = random.fold_in(root, 2).to(dev)
+    try:
+        g = capture(built.apply, params, state, x, key=key, train=train)
+    except RuntimeError as e:  # torch's shape/dtype complaint about this input
+        reason = str(e).strip().splitlines()[0]
+        raise ShapeError(f"model {built.name!r} failed on input shape {list(shape)}: {reason}")\
+            from None
+    text = render.render(g.collapse(depth) if depth else g, fmt.value)
+    if out is None:
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        console.print(f"wrote {fmt.value} graph of {len(g)} nodes to {out}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("graph")(graph)
