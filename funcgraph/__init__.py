@@ -1,6 +1,7 @@
 """funcgraph: dynamic-graph deep learning as pure functions over parameter dicts."""
 
 from . import nn, params, random
+from .control import cond
 from .errors import FuncgraphError
 from .model import Model, bind, from_module, stateless
 from .params import Params, State
@@ -14,6 +15,7 @@ __all__ = [
     "State",
     "__version__",
     "bind",
+    "cond",
     "from_module",
     "nn",
     "params",

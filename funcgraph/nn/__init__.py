@@ -21,13 +21,16 @@ from .functional import (
 from .linear import conv1d, conv2d, linear
 from .norm import batch_norm, group_norm, layer_norm
 from .recurrent import gru, lstm
+from .stochastic_depth import Warmup, blocks_ran, linear_decay, ran_metrics, stochastic_depth
 
 __all__ = [
     "Children",
+    "Warmup",
     "adaptive_avg_pool2d",
     "adaptive_max_pool2d",
     "avg_pool2d",
     "batch_norm",
+    "blocks_ran",
     "composite",
     "conv1d",
     "conv2d",
@@ -43,13 +46,16 @@ __all__ = [
     "leaky_relu",
     "lift",
     "linear",
+    "linear_decay",
     "lstm",
     "max_pool2d",
     "parallel",
+    "ran_metrics",
     "relu",
     "residual",
     "serial",
     "sigmoid",
     "softmax",
+    "stochastic_depth",
     "tanh",
 ]
