@@ -1,0 +1,113 @@
+"""Data parallelism over torch.distributed (gloo, CPU, processes on loopback)."""
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from funcgraph import distributed, random
+from funcgraph.errors import DistributedError
+from funcgraph.train import load_checkpoint
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dist_worker  # noqa: E402
+
+WORKER = Path(__file__).parent / "dist_worker.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(world: int, *args: str) -> list[subprocess.Popen]:
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
+               "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1])}
+        procs.append(subprocess.Popen([sys.executable, str(WORKER), *args], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def _wait(procs, timeout=120):
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    return [p.returncode for p in procs], outs
+
+
+def _single_process(steps: int) -> dict:
+    opt = dist_worker.adam(0.05)
+    params = {"w": torch.zeros(3, 1, dtype=torch.float64), "b": torch.zeros(1, dtype=torch.float64)}
+    state = opt.init(params)
+    env = distributed.DistEnv()
+    for step in range(steps):
+        keys = distributed.rank_keys(random.fold_in(random.key(7), step), 32, env)
+        params, state = opt.update(params, dist_worker.meta_grad(params, keys), state)
+    return params
+
+
+def test_shards_are_disjoint_and_cover_the_batch():
+    envs = [distributed.DistEnv(rank=r, world_size=4) for r in range(4)]
+    covered = [i for e in envs for i in distributed.shard(32, e)]
+    assert covered == list(range(32))
+    k = random.key(3)
+    assert torch.equal(torch.cat([distributed.rank_keys(k, 32, e) for e in envs]),
+                       random.split(k, 32))
+    with pytest.raises(DistributedError, match="does not split evenly over 4"):
+        distributed.shard(30, envs[0])
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """An uninterrupted 2-rank run of 4 steps."""
+    out = tmp_path_factory.mktemp("dist") / "straight"
+    codes, outs = _wait(_launch(2, "--out", str(out), "--steps", "4"))
+    assert codes == [0, 0], outs
+    groups, _ = load_checkpoint(out / "final")
+    return groups["params"]
+
+
+def test_two_ranks_of_16_tasks_equal_one_rank_of_32(straight_run):
+    expected = _single_process(4)
+    for n in expected:
+        torch.testing.assert_close(straight_run[n], expected[n], rtol=1e-12, atol=1e-14)
+
+
+def test_resumed_two_rank_run_equals_uninterrupted(tmp_path, straight_run):
+    codes, outs = _wait(_launch(2, "--out", str(tmp_path / "a"), "--steps", "2"))
+    assert codes == [0, 0], outs
+    codes, outs = _wait(_launch(2, "--out", str(tmp_path / "a"), "--steps", "4", "--resume"))
+    assert codes == [0, 0], outs
+    resumed, _ = load_checkpoint(tmp_path / "a" / "final")
+    for n in straight_run:
+        assert torch.equal(resumed["params"][n], straight_run[n])
+
+
+def test_dead_rank_ends_the_job_with_a_clear_error(tmp_path):
+    started = time.monotonic()
+    procs = _launch(2, "--out", str(tmp_path / "r"), "--steps", "50", "--die-rank", "1",
+                    "--die-at", "2")
+    codes, outs = _wait(procs, timeout=60)
+    assert time.monotonic() - started < 60
+    assert codes[1] == 17
+    assert codes[0] == 2, outs[0]
+    assert "distributed:" in outs[0][1] and "rank 0" in outs[0][1]
+    # Whatever checkpoint rank 0 left is complete and verifies.
+    groups, meta = load_checkpoint(tmp_path / "r" / "checkpoints" / "last")
+    assert meta["step"] == 2 and set(groups["params"]) == {"w", "b"}
+
+
+def test_single_process_env_is_a_no_op():
+    env = distributed.init()
+    assert env == distributed.DistEnv() and env.is_main and not env.active
+    g = {"w": torch.ones(2)}
+    assert distributed.all_reduce_mean(g, env)["w"] is not None
+    distributed.assert_in_sync(g, env, 0)
