@@ -13,11 +13,17 @@ from typing import Any
 from ..errors import ConfigError
 from ..model import Model
 from .conv4 import conv4
+from .early_exit import early_exit_cnn
 from .mlp import mlp
+from .resnet import resnet
+from .rnn import rnn_classifier, sequence_encoder
 
 REGISTRY: dict[str, Callable[..., Model]] = {
     "conv4": conv4,
     "mlp": mlp,
+    "resnet": resnet,
+    "early_exit_cnn": early_exit_cnn,
+    "rnn_classifier": rnn_classifier,
 }
 
 
@@ -33,4 +39,5 @@ def build(config: Mapping[str, Any]) -> Model:
         raise ConfigError(f"model: bad hyperparameters for {name!r}: {e}") from None
 
 
-__all__ = ["REGISTRY", "build", "conv4", "mlp"]
+__all__ = ["REGISTRY", "build", "conv4", "early_exit_cnn", "mlp", "resnet", "rnn_classifier",
+           "sequence_encoder"]
