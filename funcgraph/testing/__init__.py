@@ -1,0 +1,31 @@
+"""Test helpers for funcgraph models and for any pure function over parameter dicts.
+
+Assertions (torch only)::
+
+    from funcgraph.testing import assert_pure, assert_vmap_matches_loop
+
+Hypothesis strategies (need ``hypothesis``, the ``test`` extra)::
+
+    from funcgraph.testing import strategies as fst
+
+The pytest fixtures (``key``, ``keys``) come from :mod:`funcgraph.testing.plugin`, which
+pytest loads automatically once funcgraph is installed. See ``docs/testing.md``.
+"""
+
+from .assertions import (
+    assert_grad_matches_finite_differences,
+    assert_matches_module,
+    assert_pure,
+    assert_vmap_matches_loop,
+)
+from .branches import BranchRecord, assert_branches_covered, record_branches
+
+__all__ = [
+    "BranchRecord",
+    "assert_branches_covered",
+    "assert_grad_matches_finite_differences",
+    "assert_matches_module",
+    "assert_pure",
+    "assert_vmap_matches_loop",
+    "record_branches",
+]

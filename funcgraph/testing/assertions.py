@@ -1,0 +1,382 @@
+"""Assertion helpers for testing pure functions and models.
+
+Each helper runs the function under test against a reference (itself a second time, a Python
+loop, central finite differences, the equivalent ``nn.Module``) and raises ``AssertionError``
+with a message that names what broke and where: which argument was mutated, which output
+element differs and by how much, which parameter entry has the wrong gradient. They need only
+torch (no hypothesis), so they work in any test runner.
+"""
+
+from __future__ import annotations
+
+import copy
+import random as py_random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+from torch import Tensor, nn
+
+from .. import random
+from ..model import Model
+from ..params import Params, State
+from ._compare import compare_trees, describe_difference, index_of, leaves_with_paths, same_values
+
+
+def _fail(helper: str, problems: Sequence[str], hint: str = "") -> NoReturn:
+    shown = "\n  ".join(problems[:8])
+    more = f"\n  ... and {len(problems) - 8} more" if len(problems) > 8 else ""
+    raise AssertionError(f"{helper}: {shown}{more}" + (f"\n{hint}" if hint else ""))
+
+
+def _rng_states() -> dict[str, Any]:
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "random": py_random.getstate(),
+        "numpy": np.random.get_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["torch.cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _rng_changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    changed = []
+    for name, old in before.items():
+        new = after[name]
+        if name == "torch":
+            same = torch.equal(old, new)
+        elif name == "torch.cuda":
+            same = all(torch.equal(a, b) for a, b in zip(old, new, strict=True))
+        elif name == "numpy":
+            same = all(
+                np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+                for a, b in zip(old, new, strict=True)
+            )
+        else:
+            same = old == new
+        if not same:
+            changed.append(name)
+    return changed
+
+
+def assert_pure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Check that ``fn(*args, **kwargs)`` behaves as a pure function, and return its output.
+
+    Three properties are checked, in this order:
+
+    1. no global random generator is used (torch's CPU and CUDA generators, Python's
+       ``random``, NumPy's legacy global state): randomness must come from a ``key`` argument;
+    2. no argument is mutated: every tensor in ``args``/``kwargs`` (nested in dicts, lists and
+       tuples too) keeps its values and its in-place version counter;
+    3. the same arguments give the same output: a second call is compared bitwise.
+
+    Example::
+
+        y = assert_pure(model.apply, params, state, x, key=random.key(0), train=True)
+
+    Raises:
+        AssertionError: naming the broken property and the argument or output path involved.
+    """
+    inputs = (args, kwargs)
+    snapshot = [
+        (path, t, t._version, t.detach().clone())
+        for path, t in leaves_with_paths(inputs)
+        if isinstance(t, Tensor)
+    ]
+    rng_before = _rng_states()
+    first = fn(*args, **kwargs)
+    changed = _rng_changed(rng_before, _rng_states())
+    if changed:
+        _fail("assert_pure", [f"fn used the global random generator ({', '.join(changed)})"],
+              "Draw randomness from an explicit key: funcgraph.random.normal(key, shape), "
+              "with the key passed as an argument.")
+    mutated = []
+    for path, t, version, old in snapshot:
+        where = _argument_name(path)
+        if not same_values(t.detach(), old):
+            mutated.append(f"fn mutated {where} in place (values changed)")
+        elif t._version != version:
+            mutated.append(f"fn mutated {where} in place (in-place op, values unchanged)")
+    if mutated:
+        _fail("assert_pure", mutated, "Return new tensors/dicts instead of updating arguments.")
+    second = fn(*args, **kwargs)
+    problems = compare_trees(second, first, rtol=0.0, atol=0.0)
+    if problems:
+        _fail("assert_pure", [f"two calls with the same arguments differ: {p}" for p in problems],
+              "fn depends on hidden state (a counter, a cache, a global) or unkeyed randomness.")
+    return first
+
+
+def _argument_name(path: str) -> str:
+    """``"[0][1]['w']"`` (args, kwargs) -> ``"args[1]['w']"`` / ``"kwargs['key']"``."""
+    head, _, rest = path[1:].partition("]")
+    return ("args" if head == "0" else "kwargs") + rest
+
+
+def _batch_size(args: Sequence[Any], dims: Sequence[int | None]) -> int:
+    sizes = {
+        leaf.shape[d]
+        for a, d in zip(args, dims, strict=True)
+        if d is not None
+        for _, leaf in leaves_with_paths(a)
+        if isinstance(leaf, Tensor)
+    }
+    if len(sizes) != 1:
+        raise ValueError(
+            f"assert_vmap_matches_loop: batched arguments need one common batch size along "
+            f"in_dims, got sizes {sorted(sizes)}"
+        )
+    return sizes.pop()
+
+
+def assert_vmap_matches_loop(
+    fn: Callable[..., Any],
+    *args: Any,
+    in_dims: int | None | Sequence[int | None] = 0,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> Any:
+    """Check ``torch.func.vmap(fn, in_dims)(*args)`` against a Python loop over the batch.
+
+    The loop calls ``fn`` once per batch index with each batched argument indexed along its
+    ``in_dims`` entry (``None`` = passed whole to every call) and stacks the outputs along dim
+    0. A function with hidden state, a batch-mixing bug or Python control flow on tensor values
+    fails here. Returns the vmapped output.
+
+    Example::
+
+        assert_vmap_matches_loop(lambda p, x: bind(model, state)(p, x), params, xs,
+                                 in_dims=(None, 0))
+    """
+    dims = list(in_dims) if isinstance(in_dims, Sequence) else [in_dims] * len(args)
+    if len(dims) != len(args):
+        raise ValueError(
+            f"assert_vmap_matches_loop: in_dims has {len(dims)} entries for {len(args)} arguments"
+        )
+    try:
+        batched = torch.func.vmap(fn, in_dims=tuple(dims))(*args)
+    except Exception as e:  # any failure under vmap is the finding we report
+        _fail("assert_vmap_matches_loop", [f"fn failed under vmap: {type(e).__name__}: {e}"],
+              "Python `if` on a tensor value, .item() and in-place updates of captured tensors "
+              "cannot be vmapped; branch with funcgraph.cond or torch.where.")
+    n = _batch_size(args, dims)
+    outputs = []
+    for i in range(n):
+        call = [
+            a if d is None else pytree.tree_map(lambda t, d=d, i=i: t.select(d, i), a)
+            for a, d in zip(args, dims, strict=True)
+        ]
+        outputs.append(fn(*call))
+    looped = pytree.tree_map(lambda *ts: torch.stack(ts), outputs[0], *outputs[1:])
+    problems = compare_trees(batched, looped, rtol=rtol, atol=atol)
+    if problems:
+        _fail("assert_vmap_matches_loop", [f"vmap vs loop: {p}" for p in problems],
+              "The first index of the worst element is the batch index. fn treats elements "
+              "of the batch differently under vmap: hidden state, or mixing across the batch.")
+    return batched
+
+
+def _default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return (1e-6, 1e-8) if dtype == torch.float64 else (2e-2, 1e-3)
+
+
+def assert_grad_matches_finite_differences(
+    fn: Callable[..., Tensor],
+    params: Mapping[str, Tensor] | Tensor,
+    *args: Any,
+    dtype: torch.dtype = torch.float64,
+    step: float | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_entries: int = 32,
+    **kwargs: Any,
+) -> Params | Tensor:
+    """Check the autograd gradient of ``fn`` w.r.t. ``params`` against central differences.
+
+    ``fn(params, *args, **kwargs)`` must return a scalar. Floating tensors in ``params`` and
+    ``args`` are cast to ``dtype`` (float64 by default, where central differences are
+    accurate to about 1e-10). The step for an entry ``p`` is ``eps(dtype) ** (1/3) * max(1,
+    |p|)`` (about 6e-6 in float64), the step that balances truncation against rounding error;
+    pass ``step`` to override. At most ``max_entries`` evenly spaced entries of each tensor are
+    checked (two evaluations of ``fn`` each). The gradient comes from ``torch.autograd.grad``,
+    so ``fn`` may use custom autograd Functions and ``torch.func`` transforms inside. An entry
+    passes when ``|autograd - fd| <= atol + rtol * |fd| + 10 * eps * |fn| / step`` (the last
+    term is the rounding error of the difference). Default tolerances: ``rtol=1e-6,
+    atol=1e-8`` in float64, ``rtol=2e-2, atol=1e-3`` in float32.
+
+    Returns the autograd gradient (a dict like ``params``, or a tensor).
+
+    Example::
+
+        loss = lambda p, x, y: F.cross_entropy(bind(model, state)(p, x), y)
+        assert_grad_matches_finite_differences(loss, params, x, y)
+    """
+    default_rtol, default_atol = _default_tolerance(dtype)
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+
+    def cast(t: Any) -> Any:
+        return t.detach().to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t
+
+    single = isinstance(params, Tensor)
+    p: Params = {"": cast(params)} if single else {n: cast(t) for n, t in params.items()}  # type: ignore[union-attr]
+    args = pytree.tree_map(cast, args)
+
+    def scalar(q: Params) -> Tensor:
+        out = fn(q[""] if single else q, *args, **kwargs)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"assert_grad_matches_finite_differences: fn must return a scalar, got {got}"
+            )
+        return out.reshape(())
+
+    leaves = {n: t.requires_grad_(t.is_floating_point()) for n, t in p.items()}
+    trainable = {n: t for n, t in leaves.items() if t.requires_grad}
+    found = torch.autograd.grad(scalar(leaves), list(trainable.values()), allow_unused=True)
+    grads = {n: torch.zeros_like(t) if g is None else g
+             for (n, t), g in zip(trainable.items(), found, strict=True)}
+    problems = []
+    with torch.no_grad():
+        base = float(scalar(p))
+        for name, value in p.items():
+            if not value.is_floating_point() or value.numel() == 0:
+                continue
+            flat = value.flatten()
+            picks = torch.linspace(0, flat.numel() - 1, min(max_entries, flat.numel()))
+            for i in sorted({int(j) for j in picks.round().long()}):
+                h = step if step is not None else (
+                    torch.finfo(dtype).eps ** (1 / 3) * max(1.0, abs(float(flat[i])))
+                )
+                diffs = []
+                for sign in (1.0, -1.0):
+                    bumped = flat.clone()
+                    bumped[i] += sign * h
+                    diffs.append(scalar({**p, name: bumped.reshape(value.shape)}))
+                numeric = float((diffs[0] - diffs[1]) / (2 * h))
+                analytic = float(grads[name].flatten()[i])
+                rounding = 10 * torch.finfo(dtype).eps * abs(base) / h
+                if abs(analytic - numeric) > atol + rounding + rtol * abs(numeric):
+                    where = ("params" if single else f"params[{name!r}]") + index_of(
+                        i, value.shape
+                    )
+                    problems.append(
+                        f"d fn / d {where}: autograd {analytic:.6g}, central difference "
+                        f"{numeric:.6g} (step {h:.2g}, {dtype})"
+                    )
+    if problems:
+        _fail("assert_grad_matches_finite_differences", problems,
+              f"Allowed |autograd - fd| <= {atol:g} + {rtol:g}*|fd| + rounding. A custom "
+              "backward, a detach() or an in-place op on the path is the usual cause.")
+    return grads[""] if single else grads
+
+
+def assert_matches_module(
+    model: Model,
+    module: nn.Module,
+    x: Any,
+    *,
+    params: Params | None = None,
+    state: State | None = None,
+    train: bool = False,
+    grads: bool = True,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> None:
+    """Check a funcgraph Model against the equivalent ``nn.Module``, name for name.
+
+    The Model's params and state (from ``model.init(funcgraph.random.key(0))`` unless given)
+    must have exactly the module's ``state_dict()`` names and shapes. They are loaded into a
+    copy of ``module`` (the original is untouched); then the outputs on ``x``, the new state
+    when ``train=True`` (running statistics), and with ``grads=True`` the parameter gradients
+    of a fixed random projection of the output are compared. The model is applied without a
+    key, so compare stochastic layers in evaluation mode.
+
+    Example::
+
+        assert_matches_module(fg.nn.linear(3, 2), torch.nn.Linear(3, 2), torch.randn(4, 3))
+    """
+    helper = "assert_matches_module"
+    if params is None or state is None:
+        init_params, init_state = model.init(random.key(0))
+        params = init_params if params is None else params
+        state = init_state if state is None else state
+    reference = copy.deepcopy(module)
+    expected_names = reference.state_dict()
+    ours = {**params, **state}
+    missing = sorted(set(expected_names) - set(ours))
+    extra = sorted(set(ours) - set(expected_names))
+    if missing or extra:
+        _fail(helper, [f"names differ from module.state_dict(): missing {missing}, "
+                       f"extra {extra}"])
+    shapes = [f"{n}: {tuple(ours[n].shape)} != module {tuple(t.shape)}"
+              for n, t in expected_names.items() if ours[n].shape != t.shape]
+    if shapes:
+        _fail(helper, shapes)
+    reference.load_state_dict({n: t.detach() for n, t in ours.items()}, strict=True)
+    reference.train(train)
+    module_params = dict(reference.named_parameters())
+    expected = reference(x)
+    got, new_state = model.apply(params, state, x, train=train)
+    problems = compare_trees(got, expected, rtol=rtol, atol=atol)
+    if train:
+        buffers = dict(reference.named_buffers())
+        problems += [
+            f"state[{n!r}] after a training call: {msg}"
+            for n in buffers
+            if (msg := describe_difference(new_state[n], buffers[n], rtol=rtol, atol=atol))
+        ]
+    if grads and not problems:
+        problems += _gradient_problems(model, reference, module_params, params, state, x, train,
+                                       expected, rtol=rtol, atol=atol)
+    if problems:
+        _fail(helper, problems)
+
+
+def _gradient_problems(
+    model: Model,
+    reference: nn.Module,
+    module_params: dict[str, nn.Parameter],
+    params: Params,
+    state: State,
+    x: Any,
+    train: bool,
+    expected: Any,
+    *,
+    rtol: float,
+    atol: float,
+) -> list[str]:
+    outputs = [t for _, t in leaves_with_paths(expected) if isinstance(t, Tensor)]
+    projections = [
+        random.normal(random.fold_in(random.key(1), i), t.shape, dtype=t.dtype)
+        for i, t in enumerate(outputs)
+    ]
+
+    def project(y: Any) -> Tensor:
+        ys = [t for _, t in leaves_with_paths(y) if isinstance(t, Tensor)]
+        return sum(((t * w).sum() for t, w in zip(ys, projections, strict=True)),
+                   torch.zeros(()))
+
+    trainable = {n: p for n, p in module_params.items() if p.requires_grad}
+    ref = torch.autograd.grad(project(expected), list(trainable.values()), allow_unused=True)
+    ref_grads = {n: torch.zeros_like(p) if g is None else g
+                 for (n, p), g in zip(trainable.items(), ref, strict=True)}
+    ours = torch.func.grad(
+        lambda p: project(model.apply({**params, **p}, state, x, train=train)[0])
+    )({n: params[n] for n in trainable})
+    return [
+        f"gradient of params[{n!r}]: {msg}"
+        for n in trainable
+        if (msg := describe_difference(ours[n], ref_grads[n], rtol=rtol * 10, atol=atol * 10))
+    ]
+
+
+__all__ = [
+    "assert_grad_matches_finite_differences",
+    "assert_matches_module",
+    "assert_pure",
+    "assert_vmap_matches_loop",
+]

@@ -1,0 +1,90 @@
+"""funcgraph.testing strategies generate what they claim, edge cases included."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import find, given
+from hypothesis import strategies as st
+from torch import Tensor
+
+import funcgraph as fg
+from funcgraph import random
+from funcgraph.testing import assert_pure
+from funcgraph.testing import strategies as fst
+
+MODEL = fg.nn.serial(fg.nn.linear(3, 4), fg.nn.batch_norm(4), fg.nn.linear(4, 2))
+
+
+@given(fst.tensors((2, 3), dtype=st.sampled_from([torch.float32, torch.float64])))
+def test_tensors_have_the_requested_shape_dtype_and_finite_values(x: Tensor) -> None:
+    assert x.shape == (2, 3) and x.dtype in (torch.float32, torch.float64)
+    assert bool(torch.isfinite(x).all()) and float(x.abs().max()) <= 10.0
+
+
+@given(fst.tensors(dtype=torch.int64, min_value=-2, max_value=5))
+def test_integer_tensors_stay_in_range(x: Tensor) -> None:
+    assert x.dtype == torch.int64 and 1 <= x.dim() <= 4
+    assert int(x.min()) >= -2 and int(x.max()) <= 5
+
+
+@given(fst.tensors((3,), dtype=torch.bfloat16, device=fst.devices()))
+def test_tensors_support_bfloat16_on_available_devices(x: Tensor) -> None:
+    assert x.dtype == torch.bfloat16 and str(x.device).split(":")[0] in ("cpu", "cuda", "mps")
+
+
+def test_tensors_reach_the_edges_of_their_range() -> None:
+    zero = find(fst.tensors((2,)), lambda x: bool((x == 0).all()))
+    assert torch.equal(zero, torch.zeros(2))
+    big = find(fst.tensors((1,), min_value=-1, max_value=1), lambda x: float(x[0]) >= 1.0)
+    assert float(big[0]) == 1.0
+
+
+@given(fst.keys())
+def test_keys_are_valid_funcgraph_keys(k: Tensor) -> None:
+    assert k.dtype == torch.int64 and k.shape == (2,)
+    assert 0 <= int(k.min()) and int(k.max()) < 2**32
+    random.split(k)
+
+
+def test_keys_shrink_to_key_zero() -> None:
+    assert torch.equal(find(fst.keys(), lambda k: True), random.key(0))
+
+
+@given(fst.params_for(MODEL, with_state=True))
+def test_params_for_matches_init_names_shapes_dtypes(drawn: tuple[dict, dict]) -> None:
+    params, state = drawn
+    ref_params, ref_state = MODEL.init(random.key(0))
+    for got, ref in ((params, ref_params), (state, ref_state)):
+        assert {n: (t.shape, t.dtype) for n, t in got.items()} == {
+            n: (t.shape, t.dtype) for n, t in ref.items()
+        }
+
+
+@given(fst.params_for(MODEL, min_value=-1.0, max_value=1.0), fst.tensors((5, 3)))
+def test_params_for_with_a_range_drives_a_pure_forward(params: dict, x: Tensor) -> None:
+    assert all(float(t.abs().max()) <= 1.0 for t in params.values())
+    y, _ = assert_pure(MODEL.apply, params, MODEL.init(random.key(0))[1], x)
+    assert y.shape == (5, 2)
+
+
+def test_params_for_finds_all_zero_weights() -> None:
+    params = find(fst.params_for(fg.nn.linear(1, 1), min_value=-1.0, max_value=1.0),
+                  lambda p: True)
+    assert all(bool((t == 0).all()) for t in params.values())
+
+
+@given(fst.padded_sequences(features=2, max_length=5))
+def test_padded_sequences_are_zero_after_each_length(batch: tuple[Tensor, Tensor]) -> None:
+    x, lengths = batch
+    assert x.dim() == 3 and x.shape[2] == 2 and lengths.shape == (x.shape[0],)
+    assert lengths.dtype == torch.int64 and int(lengths.min()) >= 1
+    assert x.shape[1] == int(lengths.max()) <= 5
+    for b, n in enumerate(lengths.tolist()):
+        assert bool((x[b, n:] == 0).all())
+
+
+def test_padded_sequences_include_length_one_and_ragged_batches() -> None:
+    _, lengths = find(fst.padded_sequences(), lambda s: int(s[1].min()) == 1)
+    assert int(lengths.min()) == 1
+    _, ragged = find(fst.padded_sequences(), lambda s: len(set(s[1].tolist())) > 1)
+    assert ragged.shape[0] == 2
