@@ -237,6 +237,12 @@ def test_padded_steps_are_ignored(kind: str) -> None:
     for s, t in zip(a, b, strict=True):
         torch.testing.assert_close(s, t, rtol=0, atol=0)
     assert (a[0][0, 2:] == 0).all(), "outputs at padded steps must be zero"
+    empty = _last_states(kind, model.apply(params, state, (x, torch.tensor([0, 5])))[0])
+    assert (empty[0][0] == 0).all(), "a length-0 sequence gives zero outputs"
+    torch.testing.assert_close(empty[0][1], a[0][1], rtol=0, atol=0)
+    for s, t in zip(empty[1:], a[1:], strict=True):  # (num_layers, B, H)
+        assert (s[:, 0] == 0).all(), "a length-0 sequence keeps zero final states"
+        torch.testing.assert_close(s[:, 1], t[:, 1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -170,7 +170,9 @@ def lstm(
         ``batch_first=False``) padded, ``lengths (B,)`` integer valid steps per sequence,
         or ``None`` for all ``T``.
         ``y = (outputs, (h_n, c_n))`` as ``nn.LSTM``: ``outputs (B, T, H)`` zero at padded
-        steps, ``h_n``/``c_n (num_layers, B, H)`` taken at each sequence's last valid step.
+        steps, ``h_n``/``c_n (num_layers, B, H)`` taken at each sequence's last valid step
+        (zeros for a length of 0; lengths above ``T`` count as ``T``). Lengths are not
+        range-checked: that would need their values, which ``vmap`` does not allow.
 
     Example::
 
