@@ -14,6 +14,7 @@ from torch import Tensor
 
 import funcgraph as fg
 from funcgraph import random
+from funcgraph.models import early_exit_cnn
 from funcgraph.testing import (
     assert_branches_covered,
     assert_grad_matches_finite_differences,
@@ -262,3 +263,37 @@ def test_record_branches_files_each_site_separately() -> None:
         two_decisions(torch.tensor([2.0, -3.0]))
     assert sorted(o for per_site in record.taken.values() for o in per_site) == [True, True]
     assert len(record.taken) == 2
+
+
+def test_branches_covered_files_a_funcgraph_cond_under_its_caller() -> None:
+    def f(x: Tensor) -> Tensor:
+        return fg.cond(x.sum() > 0, lambda v: v * 2, lambda v: v / 2, x)
+
+    record = assert_branches_covered(f, [torch.ones(2), -torch.ones(2)])
+    ((site, _),) = record.taken.items()
+    assert site.startswith(__file__) and site.endswith(" in f")
+
+
+def early_exit_outputs(threshold: float | None) -> tuple[Callable[[Tensor], Any], list[Tensor]]:
+    """The early-exit CNN on 4 batches; ``threshold=None`` puts it at the median continue
+    probability, so some samples exit and others continue."""
+    images = [random.normal(random.key(i), (2, 1, 8, 8)) for i in range(4)]
+    model = early_exit_cnn(num_classes=3, width=4)
+    params, state = model.init(random.key(0))
+    if threshold is None:
+        probs = torch.cat([model.apply(params, state, x)[0].continue_prob for x in images])
+        threshold = float(probs.median())
+    model = early_exit_cnn(num_classes=3, width=4, threshold=threshold)
+    return (lambda x: model.apply(params, state, x)[0]), images
+
+
+def test_branches_covered_takes_per_sample_decisions_of_an_early_exit_model() -> None:
+    run, images = early_exit_outputs(threshold=None)
+    record = assert_branches_covered(run, images, decisions=lambda y: {"exit": y.exited})
+    assert set(record.taken["exit"]) == {True, False}
+
+
+def test_branches_covered_reports_an_exit_that_is_never_skipped() -> None:
+    run, images = early_exit_outputs(threshold=1.0)  # p > 1 never holds: every sample exits
+    with pytest.raises(AssertionError, match=r"exit: only True was taken over 4 inputs"):
+        assert_branches_covered(run, images, decisions=lambda y: {"exit": y.exited})

@@ -10,8 +10,9 @@ filed under the line that called it). :func:`assert_branches_covered` runs a fun
 inputs and fails when some site only ever went one way.
 
 Not observed: ``torch.cond`` in eager mode (torch compiles it; nothing reaches Python), a
-decision taken on ``x.item()`` (a Python number, not a tensor), and a ``cond`` under ``vmap``
-with a batched predicate (both branches run). Use ``funcgraph.cond`` and test eagerly.
+decision taken on ``x.item()`` (a Python number, not a tensor), a ``cond`` under ``vmap``
+with a batched predicate (both branches run), and per-sample decisions made with masks or
+gathers (report those through ``decisions=``). Use ``funcgraph.cond`` and test eagerly.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 import torch
+from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
 
@@ -99,13 +101,22 @@ def record_branches() -> Iterator[BranchRecord]:
         yield record
 
 
-def assert_branches_covered(fn: Callable[[Any], Any], inputs: Iterable[Any]) -> BranchRecord:
-    """Run ``fn(x)`` for each input and check every decision site went both ways.
+def assert_branches_covered(
+    fn: Callable[[Any], Any],
+    inputs: Iterable[Any],
+    *,
+    decisions: Callable[[Any], Mapping[str, Tensor | bool]] | None = None,
+) -> BranchRecord:
+    """Run ``fn(x)`` for each input and check every decision went both ways.
 
-    A decision site is a line that branched on a tensor value (see the module docstring). The
-    check fails when no decision was observed at all, or when some site saw only ``True`` or
-    only ``False`` over all inputs: that branch is untested. Pass several arguments through a
-    lambda: ``assert_branches_covered(lambda x: f(params, x), xs)``.
+    Decisions come from two sources: every line that branched on a tensor value (observed,
+    see the module docstring), and, when given, ``decisions(fn(x))``: a dict from a name to a
+    bool or a bool tensor whose every element is one decision. The second form covers models
+    that decide per sample without a Python branch, such as an early-exit model that gathers
+    the continuing samples (``decisions=lambda y: {"exit": y.exited}``). The check fails when
+    no decision was seen at all, or when some site saw only ``True`` or only ``False`` over
+    all inputs: that branch is untested. Pass several arguments through a lambda:
+    ``assert_branches_covered(lambda x: f(params, x), xs)``.
 
     Returns the :class:`BranchRecord`, whose ``taken[site][outcome]`` lists the indices of
     the inputs that went each way, for checking behaviour per branch.
@@ -118,13 +129,18 @@ def assert_branches_covered(fn: Callable[[Any], Any], inputs: Iterable[Any]) -> 
     with record_branches() as record:
         for i, x in enumerate(items):
             record.input_index = i
-            fn(x)
+            y = fn(x)
+            for name, taken in ({} if decisions is None else decisions(y)).items():
+                values = taken.flatten().tolist() if isinstance(taken, Tensor) else [taken]
+                for outcome in {bool(v) for v in values}:
+                    record.add(name, outcome)
         record.input_index = -1
     if not record.taken:
         raise AssertionError(
             f"assert_branches_covered: fn made no data-dependent decision over {len(items)} "
             "inputs. Decisions are seen when a tensor becomes a Python bool (funcgraph.cond, "
-            "`if x.sum() > 0:`); torch.cond in eager mode is compiled and cannot be seen."
+            "`if x.sum() > 0:`) or through decisions=; torch.cond in eager mode is compiled "
+            "and cannot be seen."
         )
     missing = [
         f"{site}: only {outcome} was taken over {len(items)} inputs; "
