@@ -1,0 +1,153 @@
+"""``glyphs``: the embedded, procedurally generated Omniglot-like dataset.
+
+Nothing downloads: every split is generated from a seed with :mod:`funcgraph.data.strokes`
+(funcgraph.random keys only, so the same seed gives the same pixels everywhere) and cached as
+safetensors. The layout copies Omniglot's: 50 alphabets of 14-55 characters (Omniglot's own
+alphabet sizes), 1,623 characters, 20 drawings each, split by alphabet into **background**
+(30 alphabets, 964 characters) and **evaluation** (20 alphabets, 659 characters). Because
+new alphabets cost nothing here, **validation** is a separate set of 10 further alphabets
+(299 characters) rather than a cut from background: background stays Omniglot-sized, and
+validation measures what the test measures, transfer to unseen alphabets. Every alphabet
+``a`` draws from ``fold_in(key(seed), a)``, so each split is generated on its own.
+
+``python -m funcgraph.data.glyphs --preview out.png`` writes a grid of drawings.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .. import random
+from ..errors import DataError
+from .cache import cache_path, load_cached, save_cached
+from .datasets import ClassDataset, save_preview
+from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
+
+GENERATOR_VERSION = 2
+"""Bump whenever a change alters any pixel; it is part of the cache key."""
+
+DRAWERS = 20
+# Omniglot's alphabet sizes: images_background (30 alphabets, 964 characters), then
+# images_evaluation (20 alphabets, 659 characters); then our 10 validation alphabets.
+BACKGROUND_SIZES = (
+    20, 29, 26, 41, 40, 24, 46, 14, 26, 34, 33, 22, 26, 43, 24,
+    48, 22, 16, 52, 47, 40, 26, 40, 41, 33, 14, 42, 23, 17, 55,
+)  # fmt: skip
+EVALUATION_SIZES = (
+    20, 26, 26, 26, 26, 26, 45, 45, 41, 26, 47, 40, 30, 45, 46, 28, 23, 25, 42, 26,
+)  # fmt: skip
+VALIDATION_SIZES = (20, 26, 33, 41, 24, 46, 17, 30, 40, 22)
+ALPHABET_SIZES = BACKGROUND_SIZES + EVALUATION_SIZES + VALIDATION_SIZES
+
+
+def _span(start: int, sizes: tuple[int, ...]) -> range:
+    return range(start, start + len(sizes))
+
+
+SPLITS: dict[str, range] = {
+    "background": _span(0, BACKGROUND_SIZES),
+    "evaluation": _span(len(BACKGROUND_SIZES), EVALUATION_SIZES),
+    "validation": _span(len(BACKGROUND_SIZES) + len(EVALUATION_SIZES), VALIDATION_SIZES),
+}
+"""Which alphabet indices make up each split (disjoint by construction)."""
+
+
+def _check_split(split: str) -> range:
+    if split not in SPLITS:
+        raise DataError(f"glyphs: unknown split {split!r}; expected one of {sorted(SPLITS)}")
+    return SPLITS[split]
+
+
+def render_alphabet(
+    seed: int,
+    alphabet: int,
+    *,
+    image_size: int = 28,
+    characters: slice | None = None,
+    noise: Noise | None = None,
+) -> Tensor:
+    """Images of one alphabet's characters: ``(n, DRAWERS, 1, image_size, image_size)``.
+
+    ``characters`` picks a subset (the random draws are made for the whole alphabet first, so
+    a subset's pixels equal the same characters' pixels in the full alphabet). Ink is
+    quantised to multiples of 1/255, exactly what the cache stores.
+    """
+    if not 0 <= alphabet < len(ALPHABET_SIZES):
+        raise DataError(f"glyphs: alphabet must be in [0, {len(ALPHABET_SIZES)}), got {alphabet}")
+    k_style, k_chars, k_draw = random.split(random.fold_in(random.key(seed), alphabet), 3)
+    style = sample_style(k_style)
+    ctrl, active = sample_characters(k_chars, style, ALPHABET_SIZES[alphabet])
+    drawn, pen = sample_drawings(k_draw, ctrl, style, DRAWERS, noise or Noise())
+    pick = characters or slice(None)
+    drawn, pen, active = drawn[pick], pen[pick], active[pick]
+    n = drawn.shape[0]
+    flat_active = active[:, None].expand(n, DRAWERS, -1).flatten(0, 1)
+    ink = render(drawn.flatten(0, 1), flat_active, pen.flatten(), image_size)
+    ink = (ink * 255).round() / 255
+    return ink.reshape(n, DRAWERS, 1, image_size, image_size)
+
+
+def generate_glyphs(split: str, *, seed: int = 0, image_size: int = 28) -> ClassDataset:
+    """Generate one split without touching the cache (see :func:`load_glyphs`)."""
+    alphabets = _check_split(split)
+    images = torch.cat([render_alphabet(seed, a, image_size=image_size) for a in alphabets])
+    names = [
+        f"alphabet{a:02d}/character{c + 1:02d}" for a in alphabets for c in range(ALPHABET_SIZES[a])
+    ]
+    return ClassDataset(images, names, f"glyphs/{split}")
+
+
+def load_glyphs(
+    split: str, *, seed: int = 0, cache_dir: Path | None = None, image_size: int = 28
+) -> ClassDataset:
+    """The ``glyphs`` split ``split`` ("background", "validation" or "evaluation").
+
+    Loaded from the cache when a verified file for (generator version, seed, size, split)
+    exists there; otherwise generated (a few seconds) and written atomically. A corrupt or
+    mismatching cache file is regenerated. The cache directory is ``cache_dir``, else
+    ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
+    """
+    _check_split(split)
+    if image_size < 8:
+        raise DataError(f"glyphs: image_size must be >= 8, got {image_size}")
+    meta = {
+        "dataset": "glyphs",
+        "generator_version": str(GENERATOR_VERSION),
+        "seed": str(seed),
+        "image_size": str(image_size),
+        "split": split,
+    }
+    path = cache_path(cache_dir, f"glyphs-v{GENERATOR_VERSION}-seed{seed}-{image_size}px-{split}")
+    cached = load_cached(path, meta)
+    if cached is not None:
+        return ClassDataset(cached[0], cached[1], f"glyphs/{split}")
+    ds = generate_glyphs(split, seed=seed, image_size=image_size)
+    save_cached(path, ds.images, ds.class_names, meta)
+    return ds
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m funcgraph.data.glyphs --preview out.png [--split S] [--seed N]``."""
+    parser = argparse.ArgumentParser(description="Generate glyphs and write a preview grid.")
+    parser.add_argument("--preview", type=Path, required=True, help="PNG file to write")
+    parser.add_argument("--split", default="evaluation", choices=sorted(SPLITS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $FUNCGRAPH_CACHE")
+    parser.add_argument("--classes", type=int, default=12, help="rows (characters)")
+    parser.add_argument("--drawings", type=int, default=10, help="columns (drawings)")
+    args = parser.parse_args(argv)
+    ds = load_glyphs(args.split, seed=args.seed, cache_dir=args.cache_dir)
+    step = max(1, ds.num_classes // args.classes)  # spread the rows over the alphabets
+    spread = ClassDataset(
+        ds.images[::step][: args.classes], ds.class_names[::step][: args.classes], ds.name
+    )
+    out = save_preview(spread, args.preview, classes=args.classes, per_class=args.drawings)
+    print(f"wrote {out} ({spread.num_classes} characters x {args.drawings} drawings of {ds.name})")
+
+
+if __name__ == "__main__":
+    main()

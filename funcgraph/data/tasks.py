@@ -1,0 +1,157 @@
+"""N-way K-shot classification tasks sampled from one split, as a few tensor indexings.
+
+A task picks N distinct classes of one :class:`ClassDataset` and K + Q distinct drawings of
+each; the first K are the support set, the other Q the query set, so the two never share an
+example. Labels are the classes' positions in a random order, i.e. a fresh random labelling
+per task. ``T`` tasks are drawn at once: one ``(T, C)`` block of uniforms ranks the classes,
+one ``(T, N, P)`` block ranks the drawings, and one gather builds every image tensor, so 32
+tasks take milliseconds. Everything comes from the key (funcgraph.random): the same key gives
+the same tasks on every run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import random
+from ..errors import TaskSpecError
+from .datasets import ClassDataset
+
+DEFAULT_QUERIES = 15
+"""Query examples per class when a spec names none: the MAML/prototypical-network evaluation
+protocol (and with 5 shots, 5 + 15 = Omniglot's 20 drawings)."""
+
+_SPEC = re.compile(r"(\d+)way(\d+)shot(?:(\d+)query)?")
+_FORM = "'<N>way<K>shot' or '<N>way<K>shot<Q>query', e.g. '5way1shot' or '20way5shot15query'"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """N-way K-shot with Q query examples per class.
+
+    Attributes:
+        ways: classes per task (N >= 2: one class is no classification problem).
+        shots: support examples per class (K >= 1).
+        queries: query examples per class (Q >= 1), default :data:`DEFAULT_QUERIES`.
+    """
+
+    ways: int
+    shots: int
+    queries: int = DEFAULT_QUERIES
+
+    def __post_init__(self) -> None:
+        for name, value, least in (("ways", self.ways, 2), ("shots", self.shots, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                hint = " (1-way tasks have nothing to classify)" if name == "ways" else ""
+                raise TaskSpecError(
+                    f"TaskSpec: {name} must be an int >= {least}{hint}, got {value!r}"
+                )
+        if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 1:
+            raise TaskSpecError(f"TaskSpec: queries must be an int >= 1, got {self.queries!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> TaskSpec:
+        """``"5way1shot"``, ``"20way5shot"``, ``"5way1shot15query"`` -> a TaskSpec."""
+        m = _SPEC.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+        if m is None:
+            raise TaskSpecError(f"task spec {text!r} is not of the form {_FORM}")
+        ways, shots = int(m[1]), int(m[2])
+        queries = DEFAULT_QUERIES if m[3] is None else int(m[3])
+        try:
+            return cls(ways, shots, queries)
+        except TaskSpecError as e:
+            raise TaskSpecError(f"task spec {text!r}: {e}") from None
+
+    def __str__(self) -> str:
+        return f"{self.ways}way{self.shots}shot{self.queries}query"
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """``T`` classification tasks.
+
+    Attributes:
+        support_x: ``(T, N*K, 1, H, W)``; support_y: ``(T, N*K)`` int64 labels in ``0..N-1``.
+        query_x: ``(T, N*Q, 1, H, W)``; query_y: ``(T, N*Q)``.
+        classes: ``(T, N)`` the dataset class behind each label (label i is ``classes[t, i]``).
+    Examples are grouped by label: ``support_y[t] = [0]*K + [1]*K + ...``.
+    """
+
+    support_x: Tensor
+    support_y: Tensor
+    query_x: Tensor
+    query_y: Tensor
+    classes: Tensor
+
+
+def _check_fits(ds: ClassDataset, spec: TaskSpec) -> None:
+    if spec.ways > ds.num_classes:
+        raise TaskSpecError(
+            f"task spec {spec}: {spec.ways}-way tasks need {spec.ways} classes, "
+            f"{ds.name} has {ds.num_classes}"
+        )
+    if spec.shots + spec.queries > ds.per_class:
+        raise TaskSpecError(
+            f"task spec {spec}: {spec.shots} shots + {spec.queries} queries need "
+            f"{spec.shots + spec.queries} examples per class, {ds.name} has {ds.per_class}"
+        )
+
+
+def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) -> TaskBatch:
+    """Draw ``num_tasks`` tasks of ``spec`` from ``ds`` (see the module docstring).
+
+    Raises:
+        TaskSpecError: ``ds`` has fewer classes than ``spec.ways`` or fewer examples per class
+            than ``spec.shots + spec.queries``.
+    """
+    _check_fits(ds, spec)
+    if num_tasks < 1:
+        raise TaskSpecError(f"sample_tasks: num_tasks must be >= 1, got {num_tasks}")
+    T, N, K, Q = num_tasks, spec.ways, spec.shots, spec.queries
+    k_cls, k_ex = random.split(key, 2)
+    device = ds.images.device
+    # Ranking uniforms = a random permutation per row; the first N (K + Q) are a uniform draw
+    # without replacement, already in random order.
+    classes = random.uniform(k_cls, (T, ds.num_classes), dtype=torch.float64).argsort(-1)[:, :N]
+    examples = random.uniform(k_ex, (T, N, ds.per_class), dtype=torch.float64).argsort(-1)
+    examples = examples[..., : K + Q]  # (T, N, K+Q)
+    classes, examples = classes.to(device), examples.to(device)
+    x = ds.images[classes[..., None], examples]  # (T, N, K+Q, 1, H, W)
+    y = torch.arange(N, device=device)[None, :, None].expand(T, N, K + Q)
+    return TaskBatch(
+        support_x=x[:, :, :K].flatten(1, 2),
+        support_y=y[:, :, :K].flatten(1, 2),
+        query_x=x[:, :, K:].flatten(1, 2),
+        query_y=y[:, :, K:].flatten(1, 2),
+        classes=classes,
+    )
+
+
+def confidence_interval(accuracies: Tensor) -> tuple[float, float]:
+    """``(mean, 1.96 * std / sqrt(n))`` of per-episode accuracies (``std`` with n - 1)."""
+    n = accuracies.numel()
+    std = float(accuracies.std()) if n > 1 else 0.0
+    return float(accuracies.mean()), 1.96 * std / n**0.5
+
+
+def nearest_neighbour_accuracy(
+    key: Tensor, ds: ClassDataset, spec: TaskSpec, episodes: int, *, chunk: int = 100
+) -> tuple[float, float]:
+    """The pixel-space 1-nearest-neighbour baseline: ``(mean accuracy, 95% CI half-width)``.
+
+    Each query takes the label of the support image nearest in Euclidean distance over raw
+    pixels. Episodes come from ``fold_in(key, i)`` chunk by chunk, so memory stays small.
+    """
+    _check_fits(ds, spec)
+    accs = []
+    for i, start in enumerate(range(0, episodes, chunk)):
+        b = sample_tasks(random.fold_in(key, i), ds, spec, min(chunk, episodes - start))
+        q, s = b.query_x.flatten(2), b.support_x.flatten(2)
+        dist = torch.cdist(q, s, compute_mode="donot_use_mm_for_euclid_dist")  # (T, NQ, NK)
+        pred = b.support_y.gather(1, dist.argmin(-1))
+        accs.append((pred == b.query_y).double().mean(-1))
+    return confidence_interval(torch.cat(accs))
