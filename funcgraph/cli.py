@@ -20,6 +20,7 @@ COMMANDS = [
     "model",
     "meta_train",
     "evaluate",
+    "train",
 ]
 
 app = typer.Typer(
