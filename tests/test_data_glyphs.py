@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from funcgraph.data import ClassDataset, glyphs, load_glyphs
+from funcgraph.data.__main__ import main
 from funcgraph.data.cache import cache_path
 from funcgraph.data.glyphs import (
     ALPHABET_SIZES,
@@ -132,7 +133,12 @@ def test_cache_dir_defaults_to_the_environment(
     assert cache_path(None, "x") == Path.home() / ".cache" / "funcgraph" / "x.safetensors"
 
 
-def test_preview_command_writes_a_png(tmp_path: Path, tiny_generator: list[str]) -> None:
+def test_preview_command_writes_a_png(
+    tmp_path: Path, tiny_generator: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "preview.png"
-    glyphs.main(["--preview", str(out), "--split", "background", "--cache-dir", str(tmp_path)])
+    args = ["--preview", str(out), "--split", "background", "--cache-dir", str(tmp_path)]
+    main([*args, "--baseline", "4", "--tasks", "2way1shot1query"])
     assert out.stat().st_size > 100 and tiny_generator == ["background"]
+    printed = capsys.readouterr().out
+    assert "pixel 1-NN 2way1shot1query, 4 tasks:" in printed, printed

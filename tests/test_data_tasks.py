@@ -20,22 +20,23 @@ from funcgraph.data import (
     sample_tasks,
     save_preview,
 )
+from funcgraph.data.tasks import _distinct
 from funcgraph.errors import ShapeError, TaskSpecError
 
 
 def coded(num_classes: int, per_class: int, *, offset: int = 0, size: int = 4) -> ClassDataset:
     """A dataset whose pixels spell out (class + offset, example): pixel (0, 0) and (0, 1)."""
     images = torch.zeros(num_classes, per_class, 1, size, size)
-    images[:, :, 0, 0, 0] = (torch.arange(num_classes)[:, None] + offset + 1) / 256
-    images[:, :, 0, 0, 1] = (torch.arange(per_class)[None, :] + 1) / 256
+    images[:, :, 0, 0, 0] = (torch.arange(num_classes)[:, None] + offset + 1) / 4096
+    images[:, :, 0, 0, 1] = (torch.arange(per_class)[None, :] + 1) / 4096
     names = [f"split{offset}/c{c}" for c in range(num_classes)]
     return ClassDataset(images, names, f"coded{offset}")
 
 
 def decode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(class, example) ids of images ``(..., 1, H, W)``."""
-    cls = (x[..., 0, 0, 0] * 256).round().long() - 1
-    ex = (x[..., 0, 0, 1] * 256).round().long() - 1
+    cls = (x[..., 0, 0, 0] * 4096).round().long() - 1
+    ex = (x[..., 0, 0, 1] * 4096).round().long() - 1
     return cls, ex
 
 
@@ -113,6 +114,33 @@ def test_sampler_invariants(ways: int, shots: int, queries: int, tasks: int, see
     again = sample_tasks(random.key(seed), ds, spec, tasks)
     assert torch.equal(again.support_x, b.support_x) and torch.equal(again.query_y, b.query_y)
     assert torch.equal(again.classes, b.classes), "same key must give the same tasks"
+
+
+@given(n=st.integers(257, 3000), k=st.integers(1, 20), seed=st.integers(0, 2**32 - 1))
+def test_sequential_draw_for_many_classes_is_distinct_and_in_range(
+    n: int, k: int, seed: int
+) -> None:
+    picks = _distinct(random.key(seed), (6,), n, k)
+    assert picks.shape == (6, k) and picks.min() >= 0 and picks.max() < n
+    assert all(len(set(row)) == k for row in picks.tolist()), f"repeated index in {picks}"
+
+
+def test_sequential_draw_is_uniform() -> None:
+    n, k, rows = 300, 3, 20000  # n above the ranking limit, so the sequential path runs
+    picks = _distinct(random.key(1), (rows,), n, k)
+    for j in range(k):  # every position (hence the label order) is uniform over the classes
+        counts = torch.bincount(picks[:, j], minlength=n).double()
+        expected = rows / n
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        assert chi2 < n + 5 * (2 * n) ** 0.5, f"position {j}: chi-square {chi2:.0f} for {n - 1} dof"
+
+
+def test_sampler_with_thousands_of_classes() -> None:
+    ds = coded(1000, 3, size=2)
+    b = sample_tasks(random.key(2), ds, TaskSpec(20, 1, 2), 8)
+    cls, _ = decode(b.support_x)
+    assert (cls == b.classes).all(), "with one shot, support i is an example of classes[:, i]"
+    assert all(len(set(row)) == 20 for row in b.classes.tolist())
 
 
 def test_sampler_never_mixes_splits() -> None:

@@ -10,12 +10,12 @@ new alphabets cost nothing here, **validation** is a separate set of 10 further 
 validation measures what the test measures, transfer to unseen alphabets. Every alphabet
 ``a`` draws from ``fold_in(key(seed), a)``, so each split is generated on its own.
 
-``python -m funcgraph.data.glyphs --preview out.png`` writes a grid of drawings.
+``python -m funcgraph.data --preview out.png --baseline 600`` writes a grid of drawings and
+scores the pixel 1-NN baseline (see :mod:`funcgraph.data.__main__`).
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -24,7 +24,7 @@ from torch import Tensor
 from .. import random
 from ..errors import DataError
 from .cache import cache_path, load_cached, save_cached
-from .datasets import ClassDataset, save_preview
+from .datasets import ClassDataset
 from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
 
 GENERATOR_VERSION = 2
@@ -128,26 +128,3 @@ def load_glyphs(
     ds = generate_glyphs(split, seed=seed, image_size=image_size)
     save_cached(path, ds.images, ds.class_names, meta)
     return ds
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m funcgraph.data.glyphs --preview out.png [--split S] [--seed N]``."""
-    parser = argparse.ArgumentParser(description="Generate glyphs and write a preview grid.")
-    parser.add_argument("--preview", type=Path, required=True, help="PNG file to write")
-    parser.add_argument("--split", default="evaluation", choices=sorted(SPLITS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $FUNCGRAPH_CACHE")
-    parser.add_argument("--classes", type=int, default=12, help="rows (characters)")
-    parser.add_argument("--drawings", type=int, default=10, help="columns (drawings)")
-    args = parser.parse_args(argv)
-    ds = load_glyphs(args.split, seed=args.seed, cache_dir=args.cache_dir)
-    step = max(1, ds.num_classes // args.classes)  # spread the rows over the alphabets
-    spread = ClassDataset(
-        ds.images[::step][: args.classes], ds.class_names[::step][: args.classes], ds.name
-    )
-    out = save_preview(spread, args.preview, classes=args.classes, per_class=args.drawings)
-    print(f"wrote {out} ({spread.num_classes} characters x {args.drawings} drawings of {ds.name})")
-
-
-if __name__ == "__main__":
-    main()

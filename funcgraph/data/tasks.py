@@ -3,9 +3,9 @@
 A task picks N distinct classes of one :class:`ClassDataset` and K + Q distinct drawings of
 each; the first K are the support set, the other Q the query set, so the two never share an
 example. Labels are the classes' positions in a random order, i.e. a fresh random labelling
-per task. ``T`` tasks are drawn at once: one ``(T, C)`` block of uniforms ranks the classes,
-one ``(T, N, P)`` block ranks the drawings, and one gather builds every image tensor, so 32
-tasks take milliseconds. Everything comes from the key (funcgraph.random): the same key gives
+per task. ``T`` tasks are drawn at once: a few ``(T, N)`` tensor steps choose the classes, one
+``(T, N, P)`` block of uniforms ranks the drawings, and one gather builds every image tensor,
+so 32 tasks take milliseconds. Everything comes from the key (funcgraph.random): the same key gives
 the same tasks on every run.
 """
 
@@ -101,6 +101,31 @@ def _check_fits(ds: ClassDataset, spec: TaskSpec) -> None:
         )
 
 
+_RANK_LIMIT = 256  # up to this many items, ranking uniforms beats sequential draws
+
+
+def _distinct(key: Tensor, batch: tuple[int, ...], n: int, k: int) -> Tensor:
+    """``k`` distinct indices from ``range(n)`` per batch entry, in uniformly random order.
+
+    Small ``n``: rank ``n`` uniforms per entry (argsort). Large ``n`` (thousands of classes):
+    draw one at a time, the j-th uniform over the ``n - j`` indices not yet drawn, mapped to
+    the r-th unused index by stepping over the earlier draws in ascending order, so the cost
+    is ``k**2`` small operations instead of hashing and sorting ``n`` numbers per task.
+    """
+    if n <= _RANK_LIMIT:
+        u = random.uniform(key, (*batch, n), dtype=torch.float64)
+        return u.argsort(-1)[..., :k]
+    u = random.uniform(key, (*batch, k), dtype=torch.float64)
+    picks: list[Tensor] = []
+    for j in range(k):
+        r = (u[..., j] * (n - j)).floor().to(torch.int64).clamp(max=n - j - 1)
+        if picks:
+            for earlier in torch.stack(picks, -1).sort(-1).values.unbind(-1):
+                r = r + (earlier <= r).to(torch.int64)
+        picks.append(r)
+    return torch.stack(picks, -1)
+
+
 def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) -> TaskBatch:
     """Draw ``num_tasks`` tasks of ``spec`` from ``ds`` (see the module docstring).
 
@@ -114,12 +139,8 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
     T, N, K, Q = num_tasks, spec.ways, spec.shots, spec.queries
     k_cls, k_ex = random.split(key, 2)
     device = ds.images.device
-    # Ranking uniforms = a random permutation per row; the first N (K + Q) are a uniform draw
-    # without replacement, already in random order.
-    classes = random.uniform(k_cls, (T, ds.num_classes), dtype=torch.float64).argsort(-1)[:, :N]
-    examples = random.uniform(k_ex, (T, N, ds.per_class), dtype=torch.float64).argsort(-1)
-    examples = examples[..., : K + Q]  # (T, N, K+Q)
-    classes, examples = classes.to(device), examples.to(device)
+    classes = _distinct(k_cls, (T,), ds.num_classes, N).to(device)  # (T, N)
+    examples = _distinct(k_ex, (T, N), ds.per_class, K + Q).to(device)  # (T, N, K+Q)
     x = ds.images[classes[..., None], examples]  # (T, N, K+Q, 1, H, W)
     y = torch.arange(N, device=device)[None, :, None].expand(T, N, K + Q)
     return TaskBatch(
