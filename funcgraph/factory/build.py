@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .. import nn, random
+from .. import nn
 from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
@@ -45,6 +45,7 @@ from .config import (
     suggest,
 )
 from .inits import with_init
+from .meta import meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot
 from .values import bind, coerce
 
@@ -71,14 +72,15 @@ class Built:
     Attributes:
         model: the Model (its ``meta["config"]`` holds the config with overrides applied).
         rows: one per layer, parents before children, depth 0 at the top.
-        input_shape: the declared input shape (batch dim included), or None.
+        input_shape: the declared input shape (batch dim included; a tuple of shapes for
+            several inputs), or None.
         output_shape: the inferred output shape (a tuple, or a structure of them), or None.
         total_params: number of trainable elements.
     """
 
     model: Model
     rows: tuple[LayerRow, ...]
-    input_shape: tuple[int, ...] | None
+    input_shape: Any
     output_shape: Any
     total_params: int
 
@@ -92,12 +94,6 @@ def shape_of(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: shape_of(v) for k, v in value.items()}
     return value
-
-
-def meta_init(model: Model) -> tuple[Params, State]:
-    """``model.init`` on the meta device: names, shapes and dtypes, no memory, no compute."""
-    with torch.device("meta"):
-        return model.init(random.key(0))
 
 
 def _count(params: Params) -> int:
@@ -154,11 +150,12 @@ class _Builder:
             children[slot.name], outputs[slot.name] = self.slot(
                 layer, slot, spec.get(slot.name), at(path, slot.name), module, x, depth)
         model = self.construct(layer, kwargs, children, path)
-        meta_params, _ = self.guarded(lambda: meta_init(model), path, f"{kind} init")
+        meta = self.guarded(lambda: meta_init(model), path, f"{kind} init")
+        meta_params = meta[0]
         if "init" in spec:
             model = with_init(model, self.variables.resolve(spec["init"], at(path, "init")),
                               at(path, "init"), meta_params)
-        y = self.output(layer, model, kwargs, outputs, x, path)
+        y = self.output(layer, model, kwargs, outputs, x, path, meta)
         self.rows[row] = LayerRow(module, kind, depth, shape_of(y), _count(meta_params), path)
         self.shapes[module] = shape_of(y)
         return model, y
@@ -168,28 +165,28 @@ class _Builder:
         if not isinstance(raw, dict):
             raise error(path, f"expected a mapping of names to values, got {describe(raw)}")
         env: dict[str, Any] = {"shapes": dict(self.shapes)}
-        in_shape = shape_of(x) if isinstance(x, torch.Tensor) else None
+        in_shape = None if x is None else shape_of(x)
         if in_shape is not None:
             env["in_shape"] = in_shape
         given = self.variables.resolve(raw, path, env)
         for name, rule in layer.infer.items():
             if in_shape is None:
                 if name not in given:
-                    why = ("the config has no input_shape" if x is None
-                           else f"the input is {fmt_shape(shape_of(x))}, not one tensor")
-                    raise error(at(path, name), f"missing, and it cannot be inferred because {why};"
-                                                f" give {name} or the config's input_shape")
+                    raise error(at(path, name), "missing, and it cannot be inferred because the "
+                                                f"config has no input_shape; give {name} or "
+                                                "the config's input_shape")
                 continue
             try:
                 inferred = rule(in_shape)
             except (IndexError, ValueError, TypeError):
-                raise error(at(path, name), f"cannot be inferred from input shape {in_shape}; "
-                                            f"give {name}") from None
+                raise error(at(path, name), f"cannot be inferred from input shape "
+                                            f"{fmt_shape(in_shape)}; give {name}") from None
             if name not in given:
                 given[name] = inferred
             elif given[name] != inferred and _as_list(given[name]) != _as_list(inferred):
                 raise error(at(path, name), f"{describe(given[name])} does not match the input "
-                                            f"shape {in_shape} ({name} would be {inferred})")
+                                            f"shape {fmt_shape(in_shape)} ({name} would be "
+                                            f"{inferred})")
         return bind(layer.schema or layer.fn, given, path, what=layer.name,
                     exclude=(*(s.name for s in layer.slots), *layer.hidden),
                     positive=layer.positive)
@@ -260,7 +257,8 @@ class _Builder:
         return model
 
     def output(self, layer: LayerType, model: Model, kwargs: dict[str, Any],
-               outputs: dict[str, Any], x: Any, path: str) -> Any:
+               outputs: dict[str, Any], x: Any, path: str,
+               meta: tuple[Params, State]) -> Any:
         """The layer's output on meta tensors (or by its shape rule), None without input."""
         if x is None:
             return None
@@ -270,18 +268,17 @@ class _Builder:
                 raise error(path, message)
         try:
             with torch.device("meta"):
-                params, state = model.init(random.key(0))
-                y, _ = model.apply(params, state, x)
+                y, _ = model.apply(meta[0], meta[1], x)
             return y
         except ConfigError:
             raise
         except Exception as e:
-            if layer.shape_rule is None or not isinstance(x, torch.Tensor):
+            if layer.shape_rule is None:
                 raise error(path, f"{layer.name} cannot take input of shape "
                                   f"{fmt_shape(shape_of(x))}: {_first_line(e, layer.name)}"
                             ) from None
         rule = layer.shape_rule
-        out_shape = self.guarded(lambda: rule(tuple(x.shape), **kwargs), path,
+        out_shape = self.guarded(lambda: rule(shape_of(x), **kwargs), path,
                                  f"{layer.name} shape rule")
         return torch.empty(tuple(out_shape), device="meta")
 
@@ -329,9 +326,7 @@ def build(
     if not isinstance(name, str):
         raise error("name", f"expected a string, got {describe(name)}")
     shape = _input_shape(config, variables, input_shape)
-    dtype = coerce(variables.resolve(config.get("input_dtype", "float32"), "input_dtype"),
-                   torch.dtype, "input_dtype")
-    x = None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+    x = _input_value(config, variables, shape)
     builder = _Builder(variables, registry)
     if ("layers" in config) == ("model" in config):
         raise error("layers", "a config needs exactly one of layers (a list run in order) "
@@ -352,14 +347,36 @@ def build(
 
 
 def _input_shape(config: Mapping[str, Any], variables: Variables,
-                 override: Sequence[int] | None) -> tuple[int, ...] | None:
+                 override: Sequence[int] | None) -> Any:
+    """The declared input: a shape (list of ints) or, for models taking several tensors
+    (tokens and mask), a list of shapes."""
     raw = list(override) if override is not None else config.get("input_shape")
     if raw is None:
         return None
-    value = coerce(variables.resolve(raw, "input_shape"), tuple[int, ...], "input_shape")
-    if not value or any(d < 0 for d in value):
-        raise error("input_shape", f"expected a list of non-negative ints, got {describe(raw)}")
-    return tuple(value)
+    value = variables.resolve(raw, "input_shape")
+    several = isinstance(value, list) and bool(value) and all(isinstance(v, list) for v in value)
+    shapes = [coerce(v, tuple[int, ...], at("input_shape", i)) for i, v in enumerate(value)
+              ] if several else [coerce(value, tuple[int, ...], "input_shape")]
+    if any(not s or any(d < 0 for d in s) for s in shapes):
+        raise error("input_shape", "expected a list of non-negative ints (or a list of such "
+                                   f"lists), got {describe(raw)}")
+    return tuple(shapes) if several else shapes[0]
+
+
+def _input_value(config: Mapping[str, Any], variables: Variables, shape: Any) -> Any:
+    """Meta tensors of the declared input shape(s) and ``input_dtype`` (one name or a list)."""
+    if shape is None:
+        return None
+    raw = variables.resolve(config.get("input_dtype", "float32"), "input_dtype")
+    if isinstance(shape[0], tuple):
+        names = raw if isinstance(raw, list) else [raw] * len(shape)
+        if len(names) != len(shape):
+            raise error("input_dtype", f"expected {len(shape)} dtype names (one per input), "
+                                       f"got {describe(raw)}")
+        dtypes = [coerce(n, torch.dtype, at("input_dtype", i)) for i, n in enumerate(names)]
+        return tuple(torch.empty(s, dtype=d, device="meta")
+                     for s, d in zip(shape, dtypes, strict=True))
+    return torch.empty(shape, dtype=coerce(raw, torch.dtype, "input_dtype"), device="meta")
 
 
 def resolve_source(path_or_name: str) -> tuple[dict[str, Any], str, bool]:
@@ -404,5 +421,5 @@ def load_model(path_or_name: str, overrides: Mapping[str, str] | None = None) ->
     return check_model(path_or_name, overrides).model
 
 
-__all__ = ["Built", "LayerRow", "build", "check_model", "load_model", "meta_init",
-           "fmt_shape", "resolve_source", "shape_of"]
+__all__ = ["Built", "LayerRow", "build", "check_model", "fmt_shape", "load_model", "resolve_source",
+           "shape_of"]

@@ -26,6 +26,7 @@ from ..nn.init import fan_in_and_out
 from ..params import Params, State
 from ..random import Key
 from .config import at, describe, error, suggest
+from .meta import meta_draws
 from .values import bind
 
 Nonlinearity = Literal["linear", "conv1d", "conv2d", "conv3d", "sigmoid", "tanh", "relu",
@@ -190,8 +191,8 @@ def with_init(model: Model, specs: Any, path: str, meta_params: Params) -> Model
         for n in matched:
             t = meta_params[n]
             try:
-                with torch.device("meta"):
-                    fn(random.key(0), tuple(t.shape), t.dtype, **options)
+                with meta_draws() as key:
+                    fn(key, tuple(t.shape), t.dtype, **options)
             except (ValueError, RuntimeError) as e:
                 raise error(where, f"{n}: {e}") from None
             plan[n] = (fn, options)

@@ -308,6 +308,50 @@ for _layer in _BUILTINS:
     REGISTRY.add(_layer)
 
 
+def sequence_features(shape: Any) -> int:
+    """The feature size of a recurrent layer's input ``((B, T, F), lengths)`` or ``(B, T, F)``."""
+    first = shape[0]
+    return int(first[-1]) if isinstance(first, tuple) else int(shape[-1])
+
+
+def _classes_rule(default: int, key: str = "num_classes") -> ShapeRule:
+    """Output ``(B, classes)`` for models whose data-dependent forward cannot run on meta
+    tensors; B is read from the first input."""
+
+    def rule(in_shape: Any, **params: Any) -> Shape:
+        first = in_shape[0]
+        batch = first[0] if isinstance(first, tuple) else first
+        return (int(batch), int(params.get(key, default)))
+
+    return rule
+
+
+# Other parts of funcgraph, registered lazily: absent modules make only their names unavailable.
+_recurrent = {"infer": {"input_size": sequence_features},
+              "positive": ("input_size", "hidden_size", "num_layers")}
+REGISTRY.add_lazy("lstm", "funcgraph.nn.recurrent:lstm", **_recurrent)
+REGISTRY.add_lazy("gru", "funcgraph.nn.recurrent:gru", **_recurrent)
+REGISTRY.add_lazy("stochastic_depth", "funcgraph.factory.adapters:stochastic_depth_block",
+                  slots=(Slot("body"), Slot("shortcut", required=False),
+                         Slot("post", required=False)))
+REGISTRY.add_lazy("conv4", "funcgraph.models.conv4:conv4", infer={"in_channels": channel_dim},
+                  positive=("hidden", "in_channels", "image_size"))
+REGISTRY.add_lazy("mlp", "funcgraph.models.mlp:mlp", infer={"in_features": last_dim},
+                  positive=("in_features", "out_features"))
+REGISTRY.add_lazy("resnet", "funcgraph.models.resnet:resnet", infer={"in_channels": channel_dim},
+                  positive=("num_classes", "in_channels", "width"))
+REGISTRY.add_lazy("early_exit_cnn", "funcgraph.models.early_exit:early_exit_cnn",
+                  infer={"in_channels": channel_dim}, positive=("num_classes", "in_channels",
+                                                                 "width"),
+                  shape_rule=_classes_rule(10))
+REGISTRY.add_lazy("rnn_classifier", "funcgraph.models.rnn:rnn_classifier",
+                  positive=("vocab_size", "num_classes", "embed_dim", "hidden_size",
+                            "num_layers"), shape_rule=_classes_rule(2))
+REGISTRY.add_lazy("sequence_encoder", "funcgraph.models.rnn:sequence_encoder",
+                  positive=("vocab_size", "embed_dim", "hidden_size", "num_layers"),
+                  shape_rule=_classes_rule(64, "hidden_size"))
+
+
 def layer_types(registry: Registry = REGISTRY) -> dict[str, str]:
     """Every usable type name with a one-line summary (lazy entries load to describe them)."""
     out: dict[str, str] = {}
@@ -332,5 +376,6 @@ __all__ = [
     "parallel_block",
     "register_layer",
     "residual_block",
+    "sequence_features",
     "serial_block",
 ]
