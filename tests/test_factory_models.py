@@ -1,0 +1,105 @@
+"""Every shipped reference config builds the model its code builds: the same param names, the
+same params from the same key (where the config names the model's constructor), and the same
+outputs for the same params."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from funcgraph import random
+from funcgraph.factory import check_model, load_model, shipped_configs
+from funcgraph.model import Model
+
+
+def _code(module: str, attr: str) -> Callable[..., Model]:
+    return getattr(pytest.importorskip(module), attr)
+
+
+def _images(channels: int, size: int) -> torch.Tensor:
+    return random.normal(random.key(9), (3, channels, size, size))
+
+
+def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = random.randint(random.key(9), (3, 6), 1, 11)
+    mask = torch.arange(6) < torch.tensor([[6], [3], [1]])
+    return tokens * mask, mask
+
+
+# (config, overrides, code constructor, its kwargs, input, same init from the same key)
+CASES: list[tuple[str, dict[str, str], tuple[str, str], dict[str, Any], Callable[[], Any], bool]] = [
+    ("conv4", {"hidden": "8", "image_size": "12"}, ("funcgraph.models.conv4", "conv4"),
+     {"ways": 5, "hidden": 8, "image_size": 12}, lambda: _images(1, 12), True),
+    ("conv4", {"variant": "pool", "hidden": "4", "image_size": "16", "ways": "3"},
+     ("funcgraph.models.conv4", "conv4"),
+     {"ways": 3, "hidden": 4, "image_size": 16, "variant": "pool"}, lambda: _images(1, 16), True),
+    ("conv4_layers", {"hidden": "8", "image_size": "12"}, ("funcgraph.models.conv4", "conv4"),
+     {"ways": 5, "hidden": 8, "image_size": 12}, lambda: _images(1, 12), False),
+    ("mlp", {"hidden": "[7, 5]"}, ("funcgraph.models.mlp", "mlp"), {"hidden": (7, 5)},
+     lambda: random.normal(random.key(9), (4, 1)), True),
+    ("mlp_layers", {}, ("funcgraph.models.mlp", "mlp"), {},
+     lambda: random.normal(random.key(9), (4, 1)), False),
+    ("resnet", {"depth": "8", "width": "4", "image_size": "8"},
+     ("funcgraph.models.resnet", "resnet"), {"depth": 8, "width": 4},
+     lambda: _images(3, 8), True),
+    ("early_exit_cnn", {"width": "4", "image_size": "8"},
+     ("funcgraph.models.early_exit", "early_exit_cnn"), {"width": 4},
+     lambda: _images(1, 8), True),
+    ("rnn_classifier", {"hidden_size": "8", "embed_dim": "4", "seq_len": "6"},
+     ("funcgraph.models.rnn", "rnn_classifier"), {"hidden_size": 8, "embed_dim": 4},
+     _tokens, True),
+]
+
+
+def _assert_same(a: Any, b: Any, what: str) -> None:
+    if isinstance(a, tuple):
+        assert type(a) is type(b) and len(a) == len(b), what
+        for i, (u, v) in enumerate(zip(a, b, strict=True)):
+            _assert_same(u, v, f"{what}[{i}]")
+    else:
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=what)
+
+
+@pytest.mark.parametrize(("name", "overrides", "code", "kwargs", "make_input", "same_init"),
+                         CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_shipped_config_equals_code_model(name: str, overrides: dict[str, str],
+                                          code: tuple[str, str], kwargs: dict[str, Any],
+                                          make_input: Callable[[], Any], same_init: bool) -> None:
+    reference = _code(*code)(**kwargs)
+    model = load_model(name, overrides)
+    p_ref, s_ref = reference.init(random.key(3))
+    p_cfg, s_cfg = model.init(random.key(3))
+    assert list(p_cfg) == list(p_ref), f"{name}: param names differ"
+    assert list(s_cfg) == list(s_ref), f"{name}: state names differ"
+    if same_init:
+        for n in p_ref:
+            assert torch.equal(p_cfg[n], p_ref[n]), f"{name}: {n} differs for the same key"
+    x = make_input()
+    for train in (False, True):
+        key = random.key(4) if train else None
+        y_ref, _ = reference.apply(p_ref, s_ref, x, key=key, train=train)
+        y_cfg, _ = model.apply(p_ref, s_ref, x, key=key, train=train)
+        _assert_same(y_cfg, y_ref, f"{name} (train={train})")
+
+
+@pytest.mark.parametrize("name", sorted(shipped_configs()))
+def test_every_shipped_config_checks_with_defaults(name: str) -> None:
+    built = check_model(name)
+    assert built.total_params > 0 and built.output_shape is not None
+    assert built.model.meta["config"]["name"] == name
+
+
+def test_every_shipped_config_has_an_equality_case() -> None:
+    covered = {c[0] for c in CASES}
+    missing = set(shipped_configs()) - covered
+    assert not missing, f"shipped configs without a code-equality test: {sorted(missing)}"
+
+
+def test_reference_modules_register_lazily() -> None:
+    for module in ("funcgraph.models.conv4", "funcgraph.nn.recurrent"):
+        importlib.import_module(module)  # present in this tree; the names must resolve
+    assert check_model("conv4", {"ways": "2", "hidden": "4"}).output_shape == (1, 2)
