@@ -145,9 +145,20 @@ def check_plan(plan: PlacementPlan | str, names: list[str] | Mapping[str, Any]) 
     return plan
 
 
-def place(tensors: Mapping[str, Tensor], plan: PlacementPlan | str) -> Params:
-    """A new dict with every tensor moved to its device under ``plan`` (validated first)."""
-    plan = check_plan(plan, tensors)
+def place(
+    tensors: Mapping[str, Tensor], plan: PlacementPlan | str, *, partial: bool = False
+) -> Params:
+    """A new dict with every tensor moved to its device under ``plan`` (validated first).
+
+    ``partial=True`` is for dicts holding only some of the model's names (its state): every
+    name must still get a device, but a prefix need not match any of them.
+    """
+    plan = _as_plan(plan)
+    if partial:
+        for n in tensors:
+            plan.device_of(n)
+    else:
+        check_plan(plan, tensors)
     return {n: t.to(plan.device_of(n)) for n, t in tensors.items()}
 
 
