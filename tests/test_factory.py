@@ -5,6 +5,7 @@ ConfigError that names the config path."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -423,3 +424,30 @@ def test_huge_layers_check_without_allocating() -> None:
     built = build(config)
     assert built.total_params == 100_000 * 100_001 + 3 * 100_001
     assert built.output_shape == (1, 3)
+
+
+# --- docs and examples ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_code_blocks_run() -> None:
+    text = (ROOT / "docs" / "factory.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 4
+    namespace: dict[str, Any] = {}
+    try:
+        for block in blocks:
+            exec(compile(block, "docs/factory.md", "exec"), namespace)
+    finally:
+        REGISTRY.remove("custom.gated")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "configs").iterdir()),
+                         ids=lambda p: p.name)
+def test_example_configs_build_init_and_run(path: Path) -> None:
+    built = check_model(str(path))
+    params, state = built.model.init(random.key(0))
+    x = random.normal(random.key(1), built.input_shape)
+    y, _ = built.model.apply(params, state, x)
+    assert tuple(y.shape) == built.output_shape

@@ -31,7 +31,8 @@ def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # (config, overrides, code constructor, its kwargs, input, same init from the same key)
-CASES: list[tuple[str, dict[str, str], tuple[str, str], dict[str, Any], Callable[[], Any], bool]] = [
+Case = tuple[str, dict[str, str], tuple[str, str], dict[str, Any], Callable[[], Any], bool]
+CASES: list[Case] = [
     ("conv4", {"hidden": "8", "image_size": "12"}, ("funcgraph.models.conv4", "conv4"),
      {"ways": 5, "hidden": 8, "image_size": 12}, lambda: _images(1, 12), True),
     ("conv4", {"variant": "pool", "hidden": "4", "image_size": "16", "ways": "3"},
