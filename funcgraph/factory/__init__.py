@@ -6,9 +6,10 @@ registry (:func:`register_layer`, the ``funcgraph.layers`` entry points), refere
 :class:`~funcgraph.errors.ConfigError` naming the config path.
 """
 
-from .build import Built, LayerRow, build, check_model, load_model, shape_of
+from .build import Built, LayerRow, build, shape_of
 from .config import apply_overrides, load_config, parse_overrides, shipped_configs
 from .inits import INITIALIZERS, with_init
+from .load import check_model, load_model, resolve_source
 from .meta import meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot, channel_dim, last_dim, register_layer
 
@@ -30,6 +31,7 @@ __all__ = [
     "meta_init",
     "parse_overrides",
     "register_layer",
+    "resolve_source",
     "shape_of",
     "shipped_configs",
     "with_init",

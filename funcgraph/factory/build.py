@@ -22,7 +22,6 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,16 +31,12 @@ from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
 from .config import (
-    SUFFIXES,
     TOP_KEYS,
     Variables,
     apply_overrides,
     at,
     describe,
     error,
-    load_config,
-    load_shipped,
-    shipped_configs,
     suggest,
 )
 from .inits import with_init
@@ -234,20 +229,18 @@ class _Builder:
 
     # -- user code boundaries -------------------------------------------------------------
     def guarded(self, thunk: Any, path: str, what: str) -> Any:
+        """Run a layer's own code; any exception it raises (a ConfigError from a constructor
+        included, which knows no config path) becomes a ConfigError at ``path``."""
         try:
             return thunk()
-        except ConfigError:
-            raise
-        except Exception as e:  # a layer's own error, whatever its type, is about this config
+        except Exception as e:
             raise error(path, _first_line(e, what)) from None
 
     def construct(self, layer: LayerType, kwargs: dict[str, Any], children: dict[str, Any],
                   path: str) -> Model:
         try:
             model = layer.fn(**kwargs, **children)
-        except ConfigError:
-            raise
-        except Exception as e:
+        except Exception as e:  # the layer's own error: see guarded
             message = str(e)
             named = [k for k in kwargs if re.search(rf"\b{re.escape(k)}\b", message)]
             where = at(at(path, "params"), named[0]) if len(named) == 1 else path
@@ -262,16 +255,15 @@ class _Builder:
         """The layer's output on meta tensors (or by its shape rule), None without input."""
         if x is None:
             return None
-        if layer.check is not None:
-            message = layer.check(x, outputs, kwargs)
+        check = layer.check
+        if check is not None:
+            message = self.guarded(lambda: check(x, outputs, kwargs), path, f"{layer.name} check")
             if message:
                 raise error(path, message)
         try:
             with torch.device("meta"):
                 y, _ = model.apply(meta[0], meta[1], x)
             return y
-        except ConfigError:
-            raise
         except Exception as e:
             if layer.shape_rule is None:
                 raise error(path, f"{layer.name} cannot take input of shape "
@@ -379,47 +371,4 @@ def _input_value(config: Mapping[str, Any], variables: Variables, shape: Any) ->
     return torch.empty(shape, dtype=coerce(raw, torch.dtype, "input_dtype"), device="meta")
 
 
-def resolve_source(path_or_name: str) -> tuple[dict[str, Any], str, bool]:
-    """``(config, label, registered)`` for a config file path, a shipped config name, or a
-    registered model type (``registered=True``: built as ``{"model": {"type": name}}``)."""
-    p = Path(path_or_name)
-    if p.suffix.lower() in SUFFIXES or p.exists():
-        if not p.is_file():
-            raise ConfigError(f"{path_or_name}: no such config file")
-        return load_config(p), str(p), False
-    if path_or_name in shipped_configs():
-        return load_shipped(path_or_name), path_or_name, False
-    if path_or_name in REGISTRY:
-        config = {"name": path_or_name, "model": {"type": path_or_name, "params": {}}}
-        return config, path_or_name, True
-    known = [*shipped_configs(), *REGISTRY.names()]
-    raise ConfigError(f"{path_or_name}: not a config file, shipped config or registered model"
-                      f"{suggest(path_or_name, known)}")
-
-
-def check_model(path_or_name: str, overrides: Mapping[str, str] | None = None, *,
-                input_shape: Sequence[int] | None = None) -> Built:
-    """Load and build ``path_or_name`` (see :func:`resolve_source`); errors name the source.
-
-    For a registered model named directly, overrides set its constructor params
-    (``depth=3`` -> ``model.params.depth``).
-    """
-    config, label, registered = resolve_source(path_or_name)
-    if registered:
-        overrides = {at("model.params", k): v for k, v in (overrides or {}).items()}
-    try:
-        return build(config, overrides, input_shape=input_shape)
-    except ConfigError as e:
-        raise ConfigError(f"{label}: {e}") from None
-
-
-def load_model(path_or_name: str, overrides: Mapping[str, str] | None = None) -> Model:
-    """The Model described by a config file, a shipped config name or a registered model.
-
-    Example: ``load_model("mlp", parse_overrides(["hidden=128"]))``.
-    """
-    return check_model(path_or_name, overrides).model
-
-
-__all__ = ["Built", "LayerRow", "build", "check_model", "fmt_shape", "load_model", "resolve_source",
-           "shape_of"]
+__all__ = ["Built", "LayerRow", "build", "fmt_shape", "shape_of"]
