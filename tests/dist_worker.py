@@ -44,8 +44,9 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--die-rank", type=int, default=-1)
     ap.add_argument("--die-at", type=int, default=-1)
+    ap.add_argument("--timeout", type=float, default=90.0)
     args = ap.parse_args()
-    env = distributed.init("gloo", timeout_s=10)
+    env = distributed.init("gloo", timeout_s=args.timeout)
     run = Run.create(args.out, {"tasks": TASKS, "steps": args.steps}, resume=args.resume)
     opt = adam(0.05)
     params = {"w": torch.zeros(3, 1, dtype=torch.float64), "b": torch.zeros(1, dtype=torch.float64)}

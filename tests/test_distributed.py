@@ -94,9 +94,9 @@ def test_resumed_two_rank_run_equals_uninterrupted(tmp_path, straight_run):
 def test_dead_rank_ends_the_job_with_a_clear_error(tmp_path):
     started = time.monotonic()
     procs = _launch(2, "--out", str(tmp_path / "r"), "--steps", "50", "--die-rank", "1",
-                    "--die-at", "2")
-    codes, outs = _wait(procs, timeout=60)
-    assert time.monotonic() - started < 60
+                    "--die-at", "2", "--timeout", "30")
+    codes, outs = _wait(procs, timeout=120)
+    assert time.monotonic() - started < 120, "the surviving rank hung"
     assert codes[1] == 17
     assert codes[0] == 2, outs[0]
     assert "distributed:" in outs[0][1] and "rank 0" in outs[0][1]
