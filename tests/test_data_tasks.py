@@ -52,6 +52,16 @@ def test_parse_round_trips_every_valid_spec(ways: int, shots: int, queries: int 
     assert TaskSpec.parse(str(spec)) == spec, "str(spec) must parse back to the same spec"
 
 
+@given(st.text(alphabet="0123456789wayshotquery -x", max_size=24))
+def test_parse_either_succeeds_or_raises_task_spec_error(text: str) -> None:
+    try:
+        spec = TaskSpec.parse(text)
+    except TaskSpecError as e:
+        assert repr(text) in str(e), f"the message must quote the input: {e}"
+    else:
+        assert spec.ways >= 2 and spec.shots >= 1 and spec.queries >= 1
+
+
 def test_parse_examples_from_the_issue() -> None:
     assert TaskSpec.parse("5way1shot") == TaskSpec(5, 1, 15)
     assert TaskSpec.parse("20way5shot") == TaskSpec(20, 5, 15)

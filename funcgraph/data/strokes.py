@@ -151,13 +151,12 @@ def sample_characters(key: Tensor, style: Style, n: int) -> tuple[Tensor, Tensor
             start_s = torch.where(connect[:, s, None], joint, start_s)
         end_s = p3[:, s]
         chord = end_s - start_s
-        length = chord.norm(dim=-1, keepdim=True)
         perp = torch.stack([-chord[:, 1], chord[:, 0]], -1)
         line = [start_s, start_s + chord / 3, start_s + 2 * chord / 3, end_s]
         apex = (start_s + end_s) / 2 + perp * bend[:, s, :1]
         bent = [start_s, start_s + 2 / 3 * (apex - start_s), end_s + 2 / 3 * (apex - end_s), end_s]
         curve = [start_s, line[1] + perp * bend[:, s, :1], line[2] + perp * bend[:, s, 1:], end_s]
-        radius = (0.5 + 0.6 * loop[:, s, 1:]) * torch.ones_like(length)
+        radius = 0.5 + 0.6 * loop[:, s, 1:]  # (n, 1)
         heading = 2 * math.pi * loop[:, s, 0]
         unit = torch.stack([torch.cos(heading), torch.sin(heading)], -1)
         looped = [
