@@ -1,0 +1,113 @@
+"""Write ``docs/cli.md``, the CLI reference, from the Typer app itself.
+
+Not a command: run ``python -m funcgraph.commands.docgen`` after changing a command's
+options or help text (``--check`` exits 1 when the file is stale; the test suite runs that
+comparison). Every command's help, usage, arguments and options come from the same click
+objects ``--help`` prints (``get_help_record``), so the reference cannot drift from the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+import typer.main
+
+HEADER = """# CLI reference
+
+Generated from the Typer app by `python -m funcgraph.commands.docgen`; do not edit by hand.
+Every command also prints this with `--help`. User mistakes (a bad option value, a missing
+file, an impossible task spec) exit with code 2 and one line on stderr; Ctrl-C exits 130.
+"""
+
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _help_text(help_text: str) -> str:
+    """Docstring help as Markdown: prose kept, ``Example: funcgraph ...`` lines as a block."""
+    prose: list[str] = []
+    commands: list[str] = []
+    for raw in help_text.strip().splitlines():
+        line = raw.strip()
+        if line.lower().startswith(("example:", "examples:")):
+            line = line.split(":", 1)[1].strip()
+        if line.startswith("funcgraph "):
+            commands.append(line)
+        elif line or prose:
+            prose.append(line)
+    out = "\n".join(prose).strip()
+    if commands:
+        out += "\n\nExample:\n\n```bash\n" + "\n".join(commands) + "\n```"
+    return out
+
+
+def _render_command(path: str, command: Any, ctx: Any) -> list[str]:
+    lines = [f"## `{path}`", ""]
+    if command.help:
+        lines += [_help_text(command.help), ""]
+    pieces = " ".join(command.collect_usage_pieces(ctx))
+    lines += [f"Usage: `{path} {pieces}`".rstrip(), ""]
+    rows = [
+        (p.param_type_name, p.get_help_record(ctx))
+        for p in command.params
+        if not getattr(p, "hidden", False)
+    ]
+    for kind, title in (("argument", "Argument"), ("option", "Option")):
+        records = [r for k, r in rows if k == kind and r is not None]
+        if records:
+            lines += [f"| {title} | Description |", "|---|---|"]
+            lines += [f"| `{_cell(name)}` | {_cell(text)} |" for name, text in records]
+            lines.append("")
+    return lines
+
+
+def _walk(path: str, command: Any, parent: Any) -> list[str]:
+    ctx = command.make_context(path.split()[-1], [], parent=parent, resilient_parsing=True)
+    lines = _render_command(path, command, ctx) if parent is not None else []
+    if hasattr(command, "list_commands"):
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None and not getattr(sub, "hidden", False):
+                lines += _walk(f"{path} {name}", sub, ctx)
+    return lines
+
+
+def render(app: typer.Typer) -> str:
+    """The Markdown reference of every (non-hidden) command of ``app``."""
+    root = typer.main.get_command(app)
+    ctx = root.make_context("funcgraph", [], resilient_parsing=True)
+    names = list(getattr(root, "list_commands", lambda c: [])(ctx))
+    lines = [HEADER, _help_text(root.help or ""), "",
+             "Commands: " + ", ".join(f"[`{n}`](#funcgraph-{n})" for n in names), ""]
+    lines += _walk("funcgraph", root, None)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Regenerate docs/cli.md from the Typer app.")
+    parser.add_argument("--output", type=Path, default=DEFAULT_PATH)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    from ..cli import app
+
+    text = render(app)
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale: run python -m funcgraph.commands.docgen")
+            return 1
+        return 0
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
