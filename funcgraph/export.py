@@ -128,6 +128,9 @@ def export(
         hint = ""
         if "data-dependent" in str(e) or "GuardOnDataDependent" in type(e).__name__:
             hint = " (branch on tensor values with torch.cond / funcgraph.control.cond)"
+        elif "side effect" in str(e):
+            hint = (" (a cond branch changes outside state, e.g. calls run('child', h); "
+                    "read run.params in branches instead)")
         raise ExportError(f"export of {model.name!r} failed: {first}{hint}") from e
     if path is not None:
         save(program, path, model=model, example_inputs=inputs, dynamic_batch=dynamic_batch)

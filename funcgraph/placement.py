@@ -253,7 +253,8 @@ def placed(
         plan: a :class:`PlacementPlan` or its string form; params passed to the returned
             function must already be placed (:func:`place`); they are checked against it.
         micro_batches: split ``x`` along dim 0 into this many chunks, run them in turn and
-            concatenate the outputs (batch-norm in train mode then sees chunk statistics).
+            concatenate the outputs. Only for models whose examples are independent:
+            batch-norm in training or a ``cond`` on a batch-wide value sees one chunk.
 
     Example::
 
