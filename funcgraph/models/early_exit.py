@@ -52,8 +52,8 @@ class ExitOutput(NamedTuple):
     exit_logits: Tensor
 
 
-def _conv_bn_relu(c_in: int, c_out: int) -> dict[str, Model]:
-    return {"conv": nn.conv2d(c_in, c_out, 3, padding=1, bias=False),
+def _conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> dict[str, Model]:
+    return {"conv": nn.conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
             "bn": nn.batch_norm(c_out), "relu": nn.relu()}
 
 
@@ -69,8 +69,9 @@ def early_exit_cnn(
     Arguments:
         num_classes: classes of both heads.
         in_channels: image channels.
-        width: channels of the first block; the second block uses ``2 * width`` and two convs,
-            so it is the expensive part.
+        width: channels of the first block (one stride-2 conv); the second block has three convs of
+            ``2 * width`` channels, two of them at the first block's resolution, so it holds
+            almost all of the multiply-adds.
         threshold: evaluation continues a sample when ``continue_prob > threshold``.
     Returns:
         A Model mapping ``(B, in_channels, H, W)`` to :class:`ExitOutput`; training needs a
@@ -79,13 +80,13 @@ def early_exit_cnn(
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"early_exit_cnn: threshold must be in [0, 1], got {threshold!r}")
     children = {
-        "block1": nn.serial({**_conv_bn_relu(in_channels, width), "pool": nn.max_pool2d(2)}),
+        "block1": nn.serial(_conv_bn_relu(in_channels, width, stride=2)),
         "exit_head": nn.linear(width, num_classes),
         "decision": nn.linear(width, 1),
         "block2": nn.serial({
             "conv1": nn.serial(_conv_bn_relu(width, 2 * width)),
-            "pool": nn.max_pool2d(2),
             "conv2": nn.serial(_conv_bn_relu(2 * width, 2 * width)),
+            "pool": nn.max_pool2d(2),
             "conv3": nn.serial(_conv_bn_relu(2 * width, 2 * width)),
         }),
         "head": nn.linear(2 * width, num_classes),
