@@ -168,3 +168,9 @@ def test_finite_check_reports_non_finite_inputs_and_passes_clean_code() -> None:
     with pytest.raises(NonFiniteError, match="already non-finite"):
         check_finite(torch.sin)(torch.tensor([float("nan")]))
     assert torch.equal(check_finite(f)(W, X), f(W, X))
+
+
+def test_finite_check_covers_tensor_backward() -> None:
+    x = torch.tensor([0.0, 4.0], requires_grad=True)
+    with pytest.raises(NonFiniteError, match="Inf"), finite_check():
+        torch.sqrt(x).sum().backward()  # d sqrt(x)/dx at 0 is inf
