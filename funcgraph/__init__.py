@@ -1,6 +1,6 @@
 """funcgraph: dynamic-graph deep learning as pure functions over parameter dicts."""
 
-from . import factory, nn, params, random
+from . import debug, factory, nn, params, random
 from .control import cond
 from .errors import FuncgraphError
 from .model import Model, bind, from_module, stateless
@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "bind",
     "cond",
+    "debug",
     "factory",
     "from_module",
     "nn",
