@@ -364,9 +364,11 @@ def _gradient_problems(
     ref = torch.autograd.grad(project(expected), list(trainable.values()), allow_unused=True)
     ref_grads = {n: torch.zeros_like(p) if g is None else g
                  for (n, p), g in zip(trainable.items(), ref, strict=True)}
-    ours = torch.func.grad(
-        lambda p: project(model.apply({**params, **p}, state, x, train=train)[0])
-    )({n: params[n] for n in trainable})
+    leaves = {n: params[n].detach().requires_grad_() for n in trainable}
+    y, _ = model.apply({**params, **leaves}, state, x, train=train)
+    found = torch.autograd.grad(project(y), list(leaves.values()), allow_unused=True)
+    ours = {n: torch.zeros_like(p) if g is None else g
+            for (n, p), g in zip(leaves.items(), found, strict=True)}
     return [
         f"gradient of params[{n!r}]: {msg}"
         for n in trainable
