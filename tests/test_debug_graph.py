@@ -266,3 +266,17 @@ def test_svg_needs_dot_or_says_so() -> None:
             render.render(small_graph(), "svg")
     with pytest.raises(funcgraph.FuncgraphError, match="format"):
         render.render(small_graph(), "png")
+
+
+def test_composite_models_place_parameter_free_ops_in_their_child() -> None:
+    model = fnn.serial({"conv": fnn.conv2d(1, 2, 3), "bn": fnn.batch_norm(2), "act": fnn.relu(),
+                        "pool": fnn.adaptive_avg_pool2d(1)})
+    params, state = model.init(random.key(0))
+    g = capture(model.apply, params, state, random.normal(random.key(1), (2, 1, 5, 5)),
+                train=True)
+    blocks = [n.block for n in g.nodes if n.op != "input"]
+    assert blocks[0] == "conv" and blocks[-2:] == ["act", "pool"]
+    middle = blocks[1:-2]
+    assert len(middle) > 4 and set(middle) == {"bn"}, "batch statistics belong to bn"
+    stats = [n for n in g.nodes if n.block == "bn" and not n.params]
+    assert stats, "train-mode batch norm computes statistics from no parameter"

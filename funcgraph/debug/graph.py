@@ -6,16 +6,22 @@ it, the nodes it read from and its *block*, a dotted prefix such as ``"layer1.0.
 Because only what ran is recorded, a Python ``if``, a ``torch.cond``, a dropped stochastic-depth
 block or an early exit shows up as exactly the path taken; :func:`diff` compares two captures.
 
-How blocks are assigned (no module tree is needed, only parameter names):
+How blocks are assigned:
 
 * Flat ``dict[str, Tensor]`` arguments (params, state) name their tensors. Tensors computed
   only from named tensors, constants or integer inputs (random keys) are *auxiliary*: they are
   not nodes, but remember which names they came from (``weight.t()`` still names ``fc.weight``).
-* An op that reads an activation becomes a node. When parameters feed it, its block is the
-  common module path of their names (``layer1.0.conv1.weight`` -> ``layer1.0.conv1``).
-* An op without parameters (``relu``, a residual ``add``) joins the scope of its most recently
-  produced activation input: the parent of that producer's block when the producer used
-  parameters (the relu after ``layer1.0.bn1`` lands in ``layer1.0``), else the producer's block.
+* An op that reads an activation becomes a node. Inside a model built with
+  :func:`funcgraph.nn.composite` (every funcgraph combinator and reference model), its block
+  is the path of children being run when it executed, read from the call stack
+  (``layer1`` -> ``0`` -> ``body`` -> ``bn1``), so parameter-free ops (batch-norm statistics, a
+  ``relu``, a shortcut) land exactly in their child; parameters a composite owns itself
+  (``own_init``) refine that path to their module path.
+* Elsewhere (a plain function, ``from_module``) the block comes from parameter names: the
+  common module path of the parameters feeding the op (``layer1.0.conv1.weight`` ->
+  ``layer1.0.conv1``); an op without parameters joins the scope of its most recently produced
+  activation input: the parent of that producer's block when the producer used parameters
+  (the relu after ``layer1.0.bn1`` lands in ``layer1.0``), else the producer's block.
 
 Every algorithm here is a loop (no recursion), so graphs of thousands of blocks are fine.
 Capture is meant for eager calls; under ``vmap``/``grad`` use :func:`funcgraph.debug.trace`.
@@ -24,6 +30,8 @@ Capture is meant for eager calls; under ``vmap``/``grad`` use :func:`funcgraph.d
 from __future__ import annotations
 
 import difflib
+import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +41,31 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..nn.compose import Children, composite
 from .trace import OpMode, op_name
+
+_CHILD_CALL = Children.__call__.__code__
+_COMPOSITE_APPLY = next(
+    (c for c in composite.__code__.co_consts
+     if isinstance(c, types.CodeType) and c.co_name == "apply"),
+    None,
+)
+
+
+def composite_scope() -> str | None:
+    """The dotted path of :func:`~funcgraph.nn.composite` children running now, from the call
+    stack (``"layer1.0.body.bn1"``); ``""`` at a composite's top level; ``None`` outside any
+    composite model."""
+    names: list[str] = []
+    inside = False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _CHILD_CALL:
+            names.append(str(frame.f_locals["name"]))
+        elif frame.f_code is _COMPOSITE_APPLY:
+            inside = True
+        frame = frame.f_back  # type: ignore[assignment]
+    return ".".join(reversed(names)) if inside or names else None
 
 
 @dataclass(frozen=True)
@@ -73,6 +105,10 @@ def block_path(block: str) -> list[str]:
 
 def _parent(name: str) -> str:
     return name.rpartition(".")[0]
+
+
+def _within(block: str, scope: str) -> bool:
+    return not scope or block == scope or block.startswith(scope + ".")
 
 
 def _common_prefix(names: list[str]) -> str:
@@ -196,6 +232,9 @@ class _Capture(OpMode):
             return None
         latest = max(acts, key=lambda a: a.node)
         block = _common_prefix([_parent(n) for n in names]) if names else latest.scope
+        scope = composite_scope()
+        if scope is not None and not (names and _within(block, scope)):
+            block = scope
         node = Node(
             id=len(self.nodes),
             op=op.removeprefix("aten."),
