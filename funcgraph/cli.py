@@ -21,6 +21,7 @@ COMMANDS = [
     "meta_train",
     "evaluate",
     "train",
+    "search",
 ]
 
 app = typer.Typer(

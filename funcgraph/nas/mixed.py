@@ -1,0 +1,90 @@
+"""The mixed op: a softmax-weighted sum of every candidate op on one edge of a cell.
+
+``mixed_op(C, stride)`` is a Model whose input is the pair ``(x, weights)``: ``x (B, C, H, W)``
+and ``weights (num_ops,)``, already normalised (the cell takes the softmax of the architecture
+logits once per cell). The output is ``sum_k weights[k] * op_k(x)``: with one weight at 1 the
+mixed op *is* that op, which is what lets the search relax a discrete choice.
+
+With ``partial_channels=k`` (PC-DARTS, Xu et al., 2020) only the first ``C/k`` channels go
+through the candidate ops; the rest bypass them (max-pooled at stride 2) and a channel shuffle
+mixes the two parts, so the search holds about ``1/k`` of the activations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import ShapeError
+from ..model import Model
+from ..nn import Children, batch_norm, composite, serial
+from .ops import PRIMITIVES, make_op
+
+
+def search_op(name: str, c: int, stride: int) -> Model:
+    """Candidate ``name`` as the search builds it: non-affine batch norm, and pools followed
+    by a non-affine batch norm too (DARTS does this so every op's output has a comparable
+    scale under the shared softmax)."""
+    op = make_op(name, c, stride, affine=False)
+    if "pool" in name:
+        op = serial(op, batch_norm(c, affine=False), name=name)
+    return op
+
+
+def weighted_sum(outputs: Sequence[Tensor], weights: Tensor) -> Tensor:
+    """``sum_k weights[k] * outputs[k]``; ``weights (K,)`` with ``K == len(outputs)``."""
+    if weights.shape != (len(outputs),):
+        raise ShapeError(
+            f"weighted_sum: expected weights of shape ({len(outputs)},), got {tuple(weights.shape)}"
+        )
+    stacked = torch.stack(list(outputs))  # (K, B, C, H, W)
+    return torch.tensordot(weights, stacked, dims=1)
+
+
+def channel_shuffle(x: Tensor, groups: int) -> Tensor:
+    """Interleave ``groups`` channel groups: ``(B, g*n, H, W) -> (B, n*g, H, W)`` transposed."""
+    b, c, h, w = x.shape
+    return x.reshape(b, groups, c // groups, h, w).transpose(1, 2).reshape(b, c, h, w)
+
+
+def mixed_op(
+    c: int,
+    stride: int,
+    *,
+    primitives: Sequence[str] = PRIMITIVES,
+    partial_channels: int = 1,
+) -> Model:
+    """The DARTS mixed op on ``c`` channels; input ``(x, weights)``, see the module docstring.
+
+    Arguments:
+        c: channels of ``x``.
+        stride: 1 (shape kept) or 2 (H and W halved).
+        primitives: candidate op names, in the order of ``weights``.
+        partial_channels: ``k`` of PC-DARTS (1 = plain DARTS); ``c`` must be divisible by it.
+    """
+    k = partial_channels
+    if k < 1 or c % k:
+        raise ValueError(f"mixed_op: partial_channels ({k}) must be >= 1 and divide c ({c})")
+    width = c // k
+    children = {f"ops.{i}": search_op(name, width, stride) for i, name in enumerate(primitives)}
+
+    def forward(run: Children, inputs: tuple[Tensor, Tensor]) -> Tensor:
+        x, weights = inputs
+        if x.dim() != 4 or x.shape[1] != c:
+            raise ShapeError(f"mixed_op: expected x of shape (B, {c}, H, W), got {tuple(x.shape)}")
+        active = x[:, :width]
+        out = weighted_sum([run(name, active) for name in children], weights)
+        if k == 1:
+            return out
+        bypass = x[:, width:]
+        if stride == 2:
+            bypass = F.max_pool2d(bypass, 2, 2)
+        return channel_shuffle(torch.cat([out, bypass], dim=1), k)
+
+    return composite("mixed_op", children, forward, stride=stride, partial_channels=k)
+
+
+__all__ = ["channel_shuffle", "mixed_op", "search_op", "weighted_sum"]

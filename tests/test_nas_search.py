@@ -1,0 +1,125 @@
+"""run_search on synthetic tensors: outputs, resume bit-identical, collapse guard; CLI errors."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from funcgraph import random
+from funcgraph.cli import app
+from funcgraph.errors import CheckpointError, ConfigError, ShapeError
+from funcgraph.nas import BilevelConfig, Genotype, SearchConfig, SearchData, run_search
+from funcgraph.nas import search as search_module
+from funcgraph.train import Run
+
+
+def _data(n: int = 16, classes: int = 3, size: int = 4) -> SearchData:
+    k = random.split(random.key(0), 2)
+    labels = torch.arange(n) % classes
+    return SearchData(random.uniform(k[0], (n, 1, size, size)), labels,
+                      random.uniform(k[1], (n, 1, size, size)), labels, classes, "synthetic")
+
+
+CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None)
+DATA = _data(n=8)  # one step per epoch
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    path = tmp_path_factory.mktemp("search") / "whole"
+    return path, run_search(path, DATA, CFG, show_progress=False)
+
+
+def test_search_writes_genotype_history_heatmap_and_summary(whole: tuple[Path, Any]) -> None:
+    run, result = whole
+    assert Genotype.load(run / "genotype.json") == result.genotype
+    history = [json.loads(line) for line in (run / "alpha_history.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1, 2], "one record per epoch"
+    for h in history:
+        rows = torch.tensor(h["normal"])
+        assert rows.shape == (14, 8)
+        torch.testing.assert_close(rows.sum(-1), torch.ones(14), atol=1e-4, rtol=0)
+        assert isinstance(h["skips_normal"], int)
+    assert (run / "alphas.png").read_bytes()[:4] == b"\x89PNG"
+    summary = json.loads((run / "search.json").read_text())
+    assert summary["steps_done"] == 2 and not summary["stopped_early"]
+    kinds = {r["kind"] for r in Run.open(run).metrics()}
+    assert {"train", "validation"} <= kinds
+
+
+def test_resume_after_ctrl_c_is_bit_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: tuple[Path, Any]
+) -> None:
+    data = DATA
+    whole_path, whole_result = whole
+    real = search_module.make_search_step
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        step = real(*args, **kwargs)
+
+        def stop_at_1(i: int, groups: Any) -> Any:
+            if i == 1:
+                raise KeyboardInterrupt  # as Ctrl-C: the loop saves step 1 and re-raises
+            return step(i, groups)
+
+        return stop_at_1
+
+    monkeypatch.setattr(search_module, "make_search_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(tmp_path / "split", data, CFG, show_progress=False)
+    monkeypatch.setattr(search_module, "make_search_step", real)
+    resumed = run_search(tmp_path / "split", data, CFG, resume=True, show_progress=False)
+    assert resumed.genotype == whole_result.genotype
+    a = Run.open(whole_path).load("last")[0]
+    b = Run.open(tmp_path / "split").load("last")[0]
+    for group in ("weights", "arch", "state", "opt_w", "opt_a"):
+        for n in a[group]:
+            assert torch.equal(a[group][n], b[group][n]), f"{group}/{n} differs after resume"
+    h1 = (whole_path / "alpha_history.jsonl").read_text().splitlines()
+    h2 = (tmp_path / "split" / "alpha_history.jsonl").read_text().splitlines()
+    assert h1 == h2, "the alpha history reads as if the run never stopped"
+
+
+def test_collapse_guard_stops_early_and_resume_respects_it(tmp_path: Path) -> None:
+    cfg = SearchConfig(**{**CFG.__dict__, "epochs": 3, "stop_skips": 0})
+    result = run_search(tmp_path / "run", DATA, cfg, show_progress=False)
+    assert result.stopped_early and result.steps_done == 1, "stops at the first epoch end"
+    assert any(r["kind"] == "collapse_guard" for r in Run.open(tmp_path / "run").metrics())
+    again = run_search(tmp_path / "run", DATA, cfg, resume=True, show_progress=False)
+    assert again.stopped_early and again.steps_done == 1
+
+
+def test_second_order_and_partial_channels_run(tmp_path: Path) -> None:
+    cfg = SearchConfig(C=4, layers=3, steps=1, batch_size=8, partial_channels=2, skip_cap=1,
+                       stop_skips=None, bilevel=BilevelConfig(order="second"))
+    result = run_search(tmp_path / "run", DATA, cfg, show_progress=False)
+    assert result.genotype.skips("normal") <= 1 and result.genotype.skips("reduce") <= 1
+
+
+def test_user_mistakes_are_clear_errors(tmp_path: Path, whole: tuple[Path, Any]) -> None:
+    with pytest.raises(ConfigError, match="already holds a run"):
+        run_search(whole[0], DATA, CFG, show_progress=False)
+    with pytest.raises(ConfigError, match="options differ"):
+        run_search(whole[0], DATA, SearchConfig(**{**CFG.__dict__, "C": 4}), resume=True,
+                   show_progress=False)
+    with pytest.raises(CheckpointError, match="no run to resume"):
+        run_search(tmp_path / "empty", _data(), CFG, resume=True, show_progress=False)
+    with pytest.raises(ConfigError, match="batch_size"):
+        run_search(tmp_path / "b", _data(), SearchConfig(batch_size=64), show_progress=False)
+    with pytest.raises(ShapeError, match="divisible by 4"):
+        _data(size=6)
+
+
+def test_cli_rejects_bad_options_in_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(app, ["search", "--partial-channels", "3", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "partial-channels" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["search", "--image-size", "18", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "multiple of 4" in r.output
+    r = runner.invoke(app, ["search", "--order", "third"])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["search", "--help"])
+    assert r.exit_code == 0 and "Example: funcgraph search" in r.output
