@@ -106,7 +106,7 @@ def save_preview(
             top, left = pad + r * (h + pad), pad + c * (w + pad)
             grid[top : top + h, left : left + w] = 1.0 - ds.images[r, c, 0]
     pixels = (grid.clamp(0, 1) * 255).round().to(torch.uint8).numpy()
-    image = Image.fromarray(pixels, mode="L")
+    image = Image.fromarray(pixels)  # uint8 (H, W) -> mode "L"
     image = image.resize((image.width * scale, image.height * scale), Image.Resampling.NEAREST)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

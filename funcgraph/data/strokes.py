@@ -223,14 +223,14 @@ def sample_drawings(
 
 
 def render(
-    ctrl: Tensor, active: Tensor, pen: Tensor, image_size: int, *, chunk: int = 512
+    ctrl: Tensor, active: Tensor, pen: Tensor, image_size: int, *, chunk: int = 2048
 ) -> Tensor:
     """Anti-aliased images of drawings.
 
-    Every curve is sampled at ``POINTS_PER_STROKE`` points; each point writes its squared
-    distance into the few pixels within pen reach (a ``w x w`` window) with a scatter-min, so
-    the cost is ``points * w**2`` per image instead of ``points * H * W``, and every pixel the
-    pen can reach gets exactly the distance to its nearest curve point.
+    Every existing stroke is sampled at ``POINTS_PER_STROKE`` points; each point writes its
+    squared distance into the few pixels within pen reach (a ``w x w`` window) with a
+    scatter-min, so the cost is ``points * w**2`` per image instead of ``points * H * W``, and
+    every pixel the pen can reach gets exactly the distance to its nearest curve point.
 
     Arguments:
         ctrl: ``(B, S, 4, 2)`` control points in character units.
@@ -239,28 +239,25 @@ def render(
     Returns:
         ``(B, image_size, image_size)`` float32 ink in ``[0, 1]``.
     """
-    size = image_size
+    size, B = image_size, ctrl.shape[0]
     t = torch.linspace(0, 1, POINTS_PER_STROKE)
-    pts = (size - 1) / 2 + size * _UNIT_PX * bezier(ctrl, t)  # (B, S, T, 2): x=column, y=row
-    pts = torch.where(active[:, :, None, None], pts, -1e4).flatten(1, 2)  # absent: off-image
+    pts = (size - 1) / 2 + size * _UNIT_PX * bezier(ctrl[active], t)  # (M, T, 2): x=col, y=row
+    owner = torch.arange(B)[:, None].expand_as(active)[active]  # (M,) image of each stroke
     half = pen * (size / 28)
-    reach = float(half.max()) + 0.5 if half.numel() else 0.5  # ink ends at half + 0.5
+    reach = float(half.max()) + 0.5 if B else 0.5  # ink ends at half + 0.5
     offsets = torch.arange(math.floor(2 * reach) + 1, dtype=torch.float32)  # (w,)
-    out = []
+    dist2 = torch.full((B * size * size + 1,), torch.inf)  # the last slot takes off-image writes
     for i in range(0, pts.shape[0], chunk):
-        p = pts[i : i + chunk]  # (b, P, 2)
-        b = p.shape[0]
-        idx = torch.ceil(p - reach)[..., None] + offsets  # (b, P, 2, w) pixel coordinates
+        p = pts[i : i + chunk]  # (m, T, 2)
+        idx = torch.ceil(p - reach)[..., None] + offsets  # (m, T, 2, w) pixel coordinates
         d = (idx - p[..., None]) ** 2
-        d2 = d[:, :, 1, :, None] + d[:, :, 0, None, :]  # (b, P, w, w) rows x columns
+        d2 = d[:, :, 1, :, None] + d[:, :, 0, None, :]  # (m, T, w, w) rows x columns
         inside = (idx >= 0) & (idx < size)
         ok = inside[:, :, 1, :, None] & inside[:, :, 0, None, :]
         li = idx.long()
-        image = torch.arange(b)[:, None, None, None]
+        image = owner[i : i + chunk, None, None, None]
         flat = (image * size + li[:, :, 1, :, None]) * size + li[:, :, 0, None, :]
-        flat = torch.where(ok, flat, b * size * size)  # off-image writes go to a spare slot
-        dist2 = torch.full((b * size * size + 1,), torch.inf)
-        dist2 = dist2.scatter_reduce(0, flat.flatten(), d2.flatten(), "amin")
-        dist = dist2[:-1].reshape(b, size, size).sqrt()
-        out.append((half[i : i + chunk, None, None] + 0.5 - dist).clamp(0, 1))
-    return torch.cat(out)
+        flat = torch.where(ok, flat, B * size * size)
+        dist2.scatter_reduce_(0, flat.flatten(), d2.flatten(), "amin")
+    dist = dist2[:-1].reshape(B, size, size).sqrt()
+    return (half[:, None, None] + 0.5 - dist).clamp(0, 1)
