@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 from hypothesis import find, given
 from hypothesis import strategies as st
@@ -9,6 +12,8 @@ from torch import Tensor
 
 import funcgraph as fg
 from funcgraph import random
+from funcgraph.errors import ConfigError, TaskSpecError
+from funcgraph.factory import build
 from funcgraph.testing import assert_pure
 from funcgraph.testing import strategies as fst
 
@@ -88,3 +93,48 @@ def test_padded_sequences_include_length_one_and_ragged_batches() -> None:
     assert int(lengths.min()) == 1
     _, ragged = find(fst.padded_sequences(), lambda s: len(set(s[1].tolist())) > 1)
     assert ragged.shape[0] == 2
+
+
+@given(fst.task_batches())
+def test_task_batches_have_the_shapes_and_labels_of_their_spec(drawn: tuple[Any, Any]) -> None:
+    spec, tasks = drawn
+    t = tasks.support_x.shape[0]
+    assert tasks.support_x.shape == (t, spec.ways * spec.shots, 1, 8, 8)
+    assert tasks.query_y.shape == (t, spec.ways * spec.queries)
+    for y, per_class in ((tasks.support_y, spec.shots), (tasks.query_y, spec.queries)):
+        assert torch.equal(torch.bincount(y[0], minlength=spec.ways),
+                           torch.full((spec.ways,), per_class))
+
+
+def test_one_way_tasks_are_rejected_with_a_clear_error() -> None:
+    with pytest.raises(TaskSpecError, match="1-way tasks have nothing to classify"):
+        fst.task_specs(min_ways=1)
+
+
+def test_task_specs_reach_the_smallest_task() -> None:
+    spec = find(fst.task_specs(), lambda s: True)
+    assert (spec.ways, spec.shots, spec.queries) == (2, 1, 1)
+
+
+@given(fst.factory_configs())
+def test_factory_configs_build_and_run(config: dict[str, Any]) -> None:
+    built = build(config)
+    params, state = built.model.init(random.key(0))
+    x = torch.zeros(config["input_shape"])
+    y, _ = built.model.apply(params, state, x)
+    assert tuple(y.shape) == tuple(built.output_shape)
+
+
+@given(fst.invalid_factory_configs())
+def test_invalid_factory_configs_raise_config_errors(drawn: tuple[str, dict[str, Any]]) -> None:
+    what, config = drawn
+    with pytest.raises(ConfigError) as e:
+        build(config)
+    assert str(e.value).strip(), what
+
+
+def test_an_empty_config_is_invalid() -> None:
+    what, config = find(fst.invalid_factory_configs(), lambda d: d[0] == "empty layers")
+    assert config["layers"] == []
+    with pytest.raises(ConfigError, match="at least one layer"):
+        build(config)

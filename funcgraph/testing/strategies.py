@@ -1,4 +1,5 @@
-"""Hypothesis strategies for funcgraph's inputs: tensors, keys, params, padded sequences.
+"""Hypothesis strategies for funcgraph's inputs: tensors, keys, params, padded sequences,
+few-shot tasks and factory configs (valid and deliberately broken).
 
 Import as ``from funcgraph.testing import strategies as fst``. This module needs the
 ``hypothesis`` package (``pip install funcgraph[test]``); the rest of
@@ -192,12 +193,153 @@ def padded_sequences(
     return draw_batch()
 
 
+def task_specs(
+    *,
+    min_ways: int = 2,
+    max_ways: int = 5,
+    max_shots: int = 3,
+    max_queries: int = 3,
+) -> Strategy[Any]:
+    """``funcgraph.data.TaskSpec`` values (N-way K-shot, Q queries).
+
+    The bounds are checked up front by ``TaskSpec`` itself, so ``min_ways=1`` raises its
+    ``TaskSpecError`` ("1-way tasks have nothing to classify") instead of generating nothing.
+    """
+    from ..data import TaskSpec
+
+    TaskSpec(min_ways, 1, 1)  # validate the bounds now, with TaskSpec's own message
+    TaskSpec(max_ways, max_shots, max_queries)
+    return st.builds(TaskSpec, st.integers(min_ways, max_ways), st.integers(1, max_shots),
+                     st.integers(1, max_queries))
+
+
+def class_datasets(
+    *, min_classes: int = 2, max_classes: int = 6, per_class: int = 6, image_size: int = 8
+) -> Strategy[Any]:
+    """Small ``funcgraph.data.ClassDataset`` values of keyed random images in ``[0, 1)``:
+    ``(classes, per_class, 1, image_size, image_size)``, cheap enough to draw per example."""
+    from ..data import ClassDataset
+
+    def make(n: int, k: Tensor) -> Any:
+        images = random.uniform(k, (n, per_class, 1, image_size, image_size))
+        return ClassDataset(images, [f"class{i}" for i in range(n)], f"random/{n}")
+
+    return st.builds(make, st.integers(min_classes, max_classes), keys())
+
+
+def task_batches(
+    spec: Any = None,
+    *,
+    max_tasks: int = 3,
+    image_size: int = 8,
+) -> Strategy[Any]:
+    """``(TaskSpec, funcgraph.data.TaskBatch)`` pairs from ``sample_tasks`` over a drawn
+    :func:`class_datasets` large enough for the spec; ``spec`` is a ``TaskSpec``, a strategy
+    of them, or ``None`` for :func:`task_specs`. ``1..max_tasks`` tasks per batch.
+
+    Example::
+
+        @given(fst.task_batches())
+        def test_labels_cover_every_class(drawn):
+            spec, tasks = drawn
+            assert tasks.support_y.max() == spec.ways - 1
+    """
+    from ..data import TaskSpec, sample_tasks
+
+    spec_st = task_specs() if spec is None else (
+        spec if isinstance(spec, st.SearchStrategy) else st.just(spec)
+    )
+
+    @st.composite
+    def draw_batch(draw: st.DrawFn) -> tuple[TaskSpec, Any]:
+        sp: TaskSpec = draw(spec_st)
+        ds = draw(class_datasets(min_classes=sp.ways, max_classes=sp.ways + 2,
+                                 per_class=sp.shots + sp.queries, image_size=image_size))
+        return sp, sample_tasks(draw(keys()), ds, sp, draw(st.integers(1, max_tasks)))
+
+    return draw_batch()
+
+
+_ACTIVATIONS = ("relu", "tanh", "gelu", "sigmoid", "identity")
+
+
+@st.composite
+def factory_configs(draw: st.DrawFn, max_layers: int = 4) -> dict[str, Any]:
+    """Valid ``funcgraph.factory`` configs: a ``layers`` stack over ``input_shape (B, F)`` of
+    linear layers (some sized through ``vars`` references), activations, norms, dropout and
+    residual blocks. Every draw builds with ``funcgraph.factory.build``."""
+    batch, width = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    config: dict[str, Any] = {"name": "generated", "vars": {}, "input_shape": [batch, width],
+                              "layers": []}
+    for i in range(draw(st.integers(1, max_layers))):
+        kind = draw(st.sampled_from(["linear", "activation", "norm", "dropout", "residual"]))
+        if kind == "linear":
+            out = draw(st.integers(1, 5))
+            size: Any = out
+            if draw(st.booleans()):
+                config["vars"][f"width{i}"] = out
+                size = f"$width{i}"
+            config["layers"].append({"type": "linear", "params": {"out_features": size}})
+        elif kind == "activation":
+            config["layers"].append(draw(st.sampled_from(_ACTIVATIONS)))
+        elif kind == "norm":
+            config["layers"].append({"type": "layer_norm"})
+        elif kind == "dropout":
+            config["layers"].append({"type": "dropout",
+                                     "params": {"drop_prob": draw(st.sampled_from([0.0, 0.5]))}})
+        else:
+            config["layers"].append({"type": "residual", "body": [
+                {"type": "linear", "params": {"out_features": "$in_shape[-1]"}}, "tanh"]})
+    return config
+
+
+_BREAKAGES = (
+    "empty layers", "no layers", "unknown type", "negative size", "unknown variable",
+    "unknown top-level key", "layers not a list",
+)
+
+
+def invalid_factory_configs() -> Strategy[tuple[str, dict[str, Any]]]:
+    """``(what is broken, config)``: a valid :func:`factory_configs` draw with one deliberate
+    mistake (an empty or missing layer list, an unknown layer type, a negative size, a
+    reference to an undefined variable, an unknown top-level key, layers that are not a list).
+    ``funcgraph.factory.build`` must raise ``ConfigError`` naming the config path."""
+
+    @st.composite
+    def draw_broken(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+        config = draw(factory_configs())
+        what = draw(st.sampled_from(_BREAKAGES))
+        layers: list[Any] = config["layers"]
+        if what == "empty layers":
+            config["layers"] = []
+        elif what == "no layers":
+            del config["layers"]
+        elif what == "unknown type":
+            layers.insert(draw(st.integers(0, len(layers))), {"type": "no_such_layer"})
+        elif what == "negative size":
+            layers.insert(0, {"type": "linear", "params": {"out_features": -3}})
+        elif what == "unknown variable":
+            layers.insert(0, {"type": "linear", "params": {"out_features": "$undefined_var"}})
+        elif what == "unknown top-level key":
+            config["layerz"] = layers
+        else:
+            config["layers"] = {"0": "relu"}
+        return what, config
+
+    return draw_broken()
+
+
 __all__ = [
     "available_devices",
+    "class_datasets",
     "devices",
+    "factory_configs",
+    "invalid_factory_configs",
     "keys",
     "padded_sequences",
     "params_for",
     "shapes",
+    "task_batches",
+    "task_specs",
     "tensors",
 ]
