@@ -5,7 +5,6 @@ ConfigError that names the config path."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -426,21 +425,9 @@ def test_huge_layers_check_without_allocating() -> None:
     assert built.output_shape == (1, 3)
 
 
-# --- docs and examples ---------------------------------------------------------------------
+# --- example configs (docs/factory.md runs in tests/test_docs.py) ---------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_docs_code_blocks_run() -> None:
-    text = (ROOT / "docs" / "factory.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 4
-    namespace: dict[str, Any] = {}
-    try:
-        for block in blocks:
-            exec(compile(block, "docs/factory.md", "exec"), namespace)
-    finally:
-        REGISTRY.remove("custom.gated")
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples" / "configs").iterdir()),
