@@ -11,6 +11,8 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import funcgraph
@@ -280,3 +282,23 @@ def test_composite_models_place_parameter_free_ops_in_their_child() -> None:
     assert len(middle) > 4 and set(middle) == {"bn"}, "batch statistics belong to bn"
     stats = [n for n in g.nodes if n.block == "bn" and not n.params]
     assert stats, "train-mode batch norm computes statistics from no parameter"
+
+
+@given(st.integers(1, 12), st.data())
+def test_diff_names_exactly_the_skipped_blocks(n: int, data: st.DataObject) -> None:
+    skipped = data.draw(st.sets(st.integers(0, n - 1)))
+    params = {f"blocks.{i}.weight": torch.eye(2) for i in range(n)}
+
+    def fn(p: dict[str, torch.Tensor], x: torch.Tensor, skip: frozenset[int]) -> torch.Tensor:
+        for i in range(n):
+            if i not in skip:
+                x = torch.tanh(F.linear(x, p[f"blocks.{i}.weight"]))
+        return x
+
+    full = capture(fn, params, torch.ones(1, 2), frozenset())
+    part = capture(fn, params, torch.ones(1, 2), frozenset(skipped))
+    d = diff(full, part)
+    expected = ("blocks",) if len(skipped) == n else tuple(sorted(f"blocks.{i}" for i in skipped))
+    assert d.blocks_only_a == expected, "the outermost blocks that ran only in the full run"
+    assert not d.only_b and len(d.only_a) == 2 * len(skipped)
+    assert [b for b in full.blocks() if b != "blocks"] == [f"blocks.{i}" for i in range(n)]
