@@ -151,6 +151,7 @@ def test_train_rnn_and_early_exit(tiny_glyphs: None, tmp_path: Path) -> None:
     (["--resume"], "--resume"),
     (["--genotype", "missing.json"], "genotype"),
     (["--set", "nonsense"], "KEY=VALUE"),
+    (["--model", "mlp"], "cannot run on the glyphs inputs"),
 ])
 def test_train_user_errors_exit_2_in_one_line(tiny_glyphs: None, tmp_path: Path,
                                               args: list[str], message: str) -> None:

@@ -366,7 +366,9 @@ def fit(
 ) -> FitResult:
     """Train per ``cfg`` into the run directory ``out`` with :func:`run_loop`: progress,
     periodic validation (best checkpoint by accuracy), atomic checkpoints, metrics.jsonl,
-    Ctrl-C saves, ``resume=True`` continues bit-identically (only ``steps`` may change)."""
+    Ctrl-C saves, ``resume=True`` continues from the last checkpoint. Only ``steps`` may
+    differ on resume; with the same ``steps`` the result is bit-identical to an uninterrupted
+    run (a new budget stretches the cosine learning-rate schedule from there on)."""
     from ..placement import resolve_device
 
     dev = resolve_device(device)
@@ -374,14 +376,21 @@ def fit(
     loss_fn = _loss_fn(cfg.loss)
     k_init, k_train, k_val = random.split(random.key(cfg.seed, device=dev), 3)
     sample, val, num_classes = load_data(cfg.data, k_val)
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
     params, state = model.init(k_init)
     params, state = to(params, dev), to(state, dev)
-    y, _ = model.apply(params, state, batch_slice(val, 2)[0])
+    probe = batch_slice(val, 2)[0]
+    try:
+        y, _ = model.apply(params, state, probe)
+    except (RuntimeError, ValueError) as e:  # a torch shape error: the model does not fit
+        shape = tuple(probe.shape) if isinstance(probe, Tensor) else "(tokens, mask)"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"model {model.name}: cannot run on the {cfg.data['name']} inputs "
+                          f"{shape}: {first}") from None
     outputs = logits_of(y).shape[-1]
     if outputs != num_classes:
         raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
                           "set the model's number of classes (e.g. --set num_classes=...)")
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
     optimizer = adam(cfg.lr)
     # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
     # step has the same names as this template (a resume checks names and shapes).
