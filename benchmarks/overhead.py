@@ -1,7 +1,8 @@
 """What do pure functions cost? funcgraph models against the equivalent ``nn.Module``.
 
-For an MLP, a conv4 (both built with ``funcgraph.nn.serial``) and a one-layer LSTM
-(``funcgraph.nn.lstm``), each timed against the ``nn.Module`` with the same parameter names:
+For an MLP, a conv4 (both built with ``funcgraph.nn.serial``), conv4's first batch norm
+alone (``bn``) and a one-layer LSTM (``funcgraph.nn.lstm``), each timed against the
+``nn.Module`` with the same parameter names:
 
 * ``forward``: evaluation-mode forward;
 * ``forward+backward``: training-mode forward, then the gradient of a scalar loss w.r.t. every
@@ -15,9 +16,10 @@ sides (``module compile``, ``funcgraph compile``, ``module export``, ``funcgraph
 
 Before timing, every funcgraph model is checked against its module with
 ``funcgraph.testing.assert_matches_module`` (outputs, running statistics and gradients).
-Timings are interleaved: each round times every variant once (``--iters`` calls, order
-rotated per round), so load changes on a shared machine hit all variants alike; the table
-reports the median over ``--rounds`` rounds and the ratio to ``module`` measured in the same
+Timings are interleaved: each round times every variant once (order rotated per round;
+each sample repeats its call for about ``--sample-ms``), so load
+changes on a shared machine hit all variants alike; the table reports the median over
+``--rounds`` rounds and the ratio to ``module`` measured in the same
 run. One thread by default (``--threads``), timed by the process's CPU time
 (``time.process_time``), which a busy shared machine does not inflate with time spent waiting
 to be scheduled; ``--clock wall`` times wall-clock instead.
@@ -25,7 +27,7 @@ to be scheduled; ``--clock wall`` times wall-clock instead.
 Example (prints a table, then one JSON line per row)::
 
     python benchmarks/overhead.py                        # everything, about 5 min on 1 core
-    python benchmarks/overhead.py --models mlp --no-compile --no-export --rounds 5
+    python benchmarks/overhead.py --models mlp,bn --no-compile --no-export --rounds 5
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ def conv4_case(batch: int) -> Case:
                            nn.Flatten(), nn.Linear(64, 5))
     x = random.normal(random.key(2), (batch, 1, 28, 28))
     return Case("conv4", model, module, x, lambda y: y.square().mean())
+
+
+def bn_case(batch: int) -> Case:
+    """conv4's first batch norm alone, (B, 64, 28, 28): isolates the cost of funcgraph's
+    mean/var batch norm against the fused native kernel of ``nn.BatchNorm2d``."""
+    x = random.normal(random.key(4), (batch, 64, 28, 28))
+    return Case("bn", fg.nn.batch_norm(64), nn.BatchNorm2d(64), x, lambda y: y.square().mean())
 
 
 class _LSTMOutput(nn.Module):
@@ -174,29 +183,39 @@ def _no_grad(f: Callable[[], Any]) -> Timed:
 
 
 def time_interleaved(
-    calls: dict[str, Timed], rounds: int, iters: int, clock: Callable[[], float]
+    calls: dict[str, Timed], rounds: int, sample_s: float, clock: Callable[[], float]
 ) -> dict[str, list[float]]:
-    """Seconds per call, one sample per variant per round, variant order rotated per round."""
-    for f in calls.values():  # warm-up: compilation, allocator, lazy init
-        for _ in range(3):
+    """Seconds per call, one sample per variant per round, variant order rotated per round.
+
+    Each sample repeats its call enough times to last about ``sample_s`` (calibrated on the
+    warm-up), so fast and slow variants are measured with the same timer resolution.
+    """
+    iters = {}
+    for name, f in calls.items():  # warm-up: compilation, allocator, lazy init; calibration
+        for _ in range(2):
             f()
+        start = clock()
+        f()
+        iters[name] = max(1, round(sample_s / max(clock() - start, 1e-6)))
     names = list(calls)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
             start = clock()
-            for _ in range(iters):
+            for _ in range(iters[name]):
                 calls[name]()
-            samples[name].append((clock() - start) / iters)
+            samples[name].append((clock() - start) / iters[name])
     return samples
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp,conv4,lstm", help="comma-separated subset")
+    parser.add_argument("--models", default="mlp,conv4,bn,lstm",
+                        help="comma-separated subset of mlp, conv4, bn, lstm")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--iters", type=int, default=10, help="calls per timing sample")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--sample-ms", type=float, default=20.0,
+                        help="length of one timing sample (calls are repeated to fill it)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="cpu: the process's CPU time (robust on a shared machine); wall")
@@ -205,14 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    builders = {"mlp": mlp_case, "conv4": conv4_case, "lstm": lstm_case}
+    builders = {"mlp": mlp_case, "conv4": conv4_case, "bn": bn_case, "lstm": lstm_case}
     rows = []
     for name in args.models.split(","):
         case = builders[name](args.batch)
         assert_matches_module(case.model, case.module, case.x, train=True)
         for mode in ("forward", "forward+backward"):
             calls = variants(case, mode, compile_=not args.no_compile, export=not args.no_export)
-            samples = time_interleaved(calls, args.rounds, args.iters, clock)
+            samples = time_interleaved(calls, args.rounds, args.sample_ms / 1e3, clock)
             base = statistics.median(samples["module"])
             for variant, s in samples.items():
                 med = statistics.median(s)
@@ -221,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
                              "variant": variant, "median_ms": round(med * 1e3, 4),
                              "iqr_ms": round((q3 - q1) * 1e3, 4),
                              "ratio_vs_module": round(med / base, 3), "batch": args.batch,
-                             "rounds": args.rounds, "iters": args.iters,
+                             "rounds": args.rounds, "sample_ms": args.sample_ms,
                              "threads": args.threads, "clock": args.clock,
                              "torch": torch.__version__})
     print(f"{'model':<6} {'mode':<17} {'variant':<20} {'median ms':>10} {'IQR ms':>8} "
