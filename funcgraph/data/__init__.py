@@ -9,6 +9,7 @@ paper's regression tasks. See docs/data.md.
 from .datasets import ClassDataset, rotate_classes, save_preview
 from .glyphs import generate_glyphs, load_glyphs
 from .omniglot import load_omniglot
+from .sequences import SequenceTask
 from .sinusoid import RegressionBatch, sinusoid_tasks
 from .tasks import (
     DEFAULT_QUERIES,
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_QUERIES",
     "ClassDataset",
     "RegressionBatch",
+    "SequenceTask",
     "TaskBatch",
     "TaskSpec",
     "confidence_interval",
