@@ -74,16 +74,18 @@ def list_() -> None:
 
     Example: funcgraph model list
     """
+    from rich.markup import escape
     from rich.table import Table
 
     from ..factory import shipped_configs
     from ..factory.registry import layer_types
 
-    table = Table(title="layer types")
+    table = Table(title=escape("layer types: (inferred) required [optional] | slots"))
     table.add_column("type")
+    table.add_column("params")
     table.add_column("summary")
-    for name, summary in layer_types().items():
-        table.add_row(name, summary)
+    for name, (params, summary) in layer_types().items():
+        table.add_row(name, escape(params), escape(summary))
     console.print(table)
     console.print("shipped configs: " + (", ".join(shipped_configs()) or "(none)"))
 

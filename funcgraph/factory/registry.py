@@ -29,6 +29,7 @@ from .. import nn
 from ..errors import ConfigError
 from ..model import Model
 from .config import at, describe, error, suggest
+from .values import signature_params
 
 Shape = tuple[int, ...]
 InferRule = Callable[[Shape], Any]
@@ -352,14 +353,33 @@ REGISTRY.add_lazy("sequence_encoder", "funcgraph.models.rnn:sequence_encoder",
                   shape_rule=_classes_rule(64, "hidden_size"))
 
 
-def layer_types(registry: Registry = REGISTRY) -> dict[str, str]:
-    """Every usable type name with a one-line summary (lazy entries load to describe them)."""
-    out: dict[str, str] = {}
+def describe_params(layer: LayerType) -> str:
+    """The config keys of a layer type: ``"(in_features) out_features [bias dtype]"`` —
+    inferable params in parentheses, optional ones in brackets, child slots after a bar."""
+    params, _ = signature_params(layer.schema or layer.fn)
+    skip = {*layer.hidden, *(s.name for s in layer.slots)}
+    inferred = [n for n in params if n in layer.infer]
+    required = [n for n, p in params.items() if p.required and n not in skip and n not in inferred]
+    optional = [n for n, p in params.items() if not p.required and n not in skip
+                and n not in inferred]
+    parts = [f"({' '.join(inferred)})"] * bool(inferred) + required
+    parts += [f"[{' '.join(optional)}]"] * bool(optional)
+    if layer.slots:
+        parts.append("| " + " ".join(s.name if s.required else f"[{s.name}]" for s in layer.slots))
+    return " ".join(parts)
+
+
+def layer_types(registry: Registry = REGISTRY) -> dict[str, tuple[str, str]]:
+    """Every usable type name with its params (:func:`describe_params`) and a one-line
+    summary; lazy entries are loaded to describe them."""
+    out: dict[str, tuple[str, str]] = {}
     for name in registry.names():
         try:
-            out[name] = registry.get(name, at("type", name)).summary
+            layer = registry.get(name, at("type", name))
         except ConfigError as e:
-            out[name] = f"(unavailable: {e})"
+            out[name] = ("", f"(unavailable: {e})")
+            continue
+        out[name] = (describe_params(layer), layer.summary)
     return out
 
 
@@ -370,6 +390,7 @@ __all__ = [
     "Registry",
     "Slot",
     "channel_dim",
+    "describe_params",
     "entry_points",
     "last_dim",
     "layer_types",
