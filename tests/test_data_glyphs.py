@@ -71,6 +71,8 @@ def test_split_layout_matches_omniglot() -> None:
 def test_unknown_split_or_alphabet_is_a_data_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="unknown split 'train'"):
         load_glyphs("train", cache_dir=tmp_path)
+    with pytest.raises(DataError, match="seed must be an int in"):
+        load_glyphs("evaluation", seed=-1, cache_dir=tmp_path)
     with pytest.raises(DataError, match="image_size must be >= 8, got 4"):
         load_glyphs("evaluation", cache_dir=tmp_path, image_size=4)
     with pytest.raises(DataError, match="alphabet must be in"):

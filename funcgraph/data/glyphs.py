@@ -1,14 +1,15 @@
 """``glyphs``: the embedded, procedurally generated Omniglot-like dataset.
 
 Nothing downloads: every split is generated from a seed with :mod:`funcgraph.data.strokes`
-(funcgraph.random keys only, so the same seed gives the same pixels everywhere) and cached as
-safetensors. The layout copies Omniglot's: 50 alphabets of 14-55 characters (Omniglot's own
-alphabet sizes), 1,623 characters, 20 drawings each, split by alphabet into **background**
-(30 alphabets, 964 characters) and **evaluation** (20 alphabets, 659 characters). Because
-new alphabets cost nothing here, **validation** is a separate set of 10 further alphabets
-(299 characters) rather than a cut from background: background stays Omniglot-sized, and
-validation measures what the test measures, transfer to unseen alphabets. Every alphabet
-``a`` draws from ``fold_in(key(seed), a)``, so each split is generated on its own.
+(funcgraph.random keys only, so a seed gives the same pixels on every run; another platform's
+maths library may round a rare pixel differently) and cached as safetensors. The layout
+copies Omniglot's: 50 alphabets of 14-55 characters (Omniglot's own alphabet sizes), 1,623
+characters, 20 drawings each, split by alphabet into **background** (30 alphabets, 964
+characters) and **evaluation** (20 alphabets, 659 characters). Because new alphabets cost
+nothing here, **validation** is a separate set of 10 further alphabets (299 characters)
+rather than a cut from background: background stays Omniglot-sized, and validation measures
+what the test measures, transfer to unseen alphabets. Every alphabet ``a`` draws from
+``fold_in(key(seed), a)``, so each split is generated on its own.
 
 ``python -m funcgraph.data --preview out.png --baseline 600`` writes a grid of drawings and
 scores the pixel 1-NN baseline (see :mod:`funcgraph.data.__main__`).
@@ -112,6 +113,8 @@ def load_glyphs(
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
     _check_split(split)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise DataError(f"glyphs: seed must be an int in [0, 2**64), got {seed!r}")
     if image_size < 8:
         raise DataError(f"glyphs: image_size must be >= 8, got {image_size}")
     meta = {
