@@ -43,12 +43,15 @@ class ExportWrapper(nn.Module):
         self._param_names = list(params)
         self._state_names = list(state)
         _check_names({**params, **state})
-        for name, t in params.items():
-            self._owner(name).register_parameter(
-                name.rpartition(".")[2], nn.Parameter(t.detach().clone(), requires_grad=False)
-            )
-        for name, t in state.items():
-            self._owner(name).register_buffer(name.rpartition(".")[2], t.detach().clone())
+        try:
+            for name, t in params.items():
+                self._owner(name).register_parameter(
+                    name.rpartition(".")[2], nn.Parameter(t.detach().clone(), requires_grad=False)
+                )
+            for name, t in state.items():
+                self._owner(name).register_buffer(name.rpartition(".")[2], t.detach().clone())
+        except KeyError as e:  # a name component clashes with an nn.Module attribute
+            raise ExportError(f"export: tensor name not usable in an nn.Module: {e}") from None
 
     def _owner(self, name: str) -> nn.Module:
         module: nn.Module = self

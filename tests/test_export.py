@@ -189,3 +189,16 @@ def test_export_command_user_errors_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["export", str(run_dir), "--checkpoint", "best",
                                  "--input-shape", "1,2"])
     assert result.exit_code == 2 and "best" in result.output, result.output
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (["forward"], "not usable in an nn.Module"),
+    (["a.b", "a"], "used twice or also names a scope"),
+    (["a", "a.b"], "nests under the tensor 'a'"),
+    (["a..b"], "empty dotted component"),
+])
+def test_tensor_names_that_cannot_be_module_attributes(names: list[str], message: str) -> None:
+    from funcgraph.export import ExportWrapper
+
+    with pytest.raises(ExportError, match=message):
+        ExportWrapper(convnet(), {n: torch.ones(1) for n in names}, {})
