@@ -59,3 +59,20 @@ def test_cli_info_version_and_unknown_command():
     assert result.exit_code == 0 and funcgraph.__version__ in result.output
     result = runner.invoke(app, ["no-such-command"])
     assert result.exit_code == 2
+
+
+def test_norm_layers_reject_bad_shapes_with_shape_error():
+    import pytest
+
+    from funcgraph.errors import ShapeError
+
+    bn = nn.batch_norm(3)
+    params, state = bn.init(random.key(0))
+    with pytest.raises(ShapeError, match=r"more than one value per channel, got input \(1, 3\)"):
+        bn.apply(params, state, torch.randn(1, 3), train=True)
+    with pytest.raises(ShapeError, match=r"expected input \(B, 3, ...\), got \(2, 4\)"):
+        bn.apply(params, state, torch.randn(2, 4))
+    gn = nn.group_norm(2, 4)
+    gp, gs = gn.init(random.key(0))
+    with pytest.raises(ShapeError, match=r"group_norm: expected input \(B, 4, ...\)"):
+        gn.apply(gp, gs, torch.randn(2, 6, 3))

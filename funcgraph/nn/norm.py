@@ -58,6 +58,11 @@ def batch_norm(
         dims = [0, *range(2, x.dim())]
         shape = [1, num_features] + [1] * (x.dim() - 2)
         use_batch = train or not track_running_stats
+        if train and x.numel() // num_features < 2:
+            raise ShapeError(
+                f"batch_norm: training needs more than one value per channel, got input "
+                f"{tuple(x.shape)}; use a larger batch or train=False"
+            )
         new_state = state
         if use_batch:
             mean = x.mean(dim=dims)
@@ -131,6 +136,10 @@ def group_norm(
     def apply(
         params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
     ) -> tuple[Tensor, State]:
+        if x.dim() < 2 or x.shape[1] != num_channels:
+            raise ShapeError(
+                f"group_norm: expected input (B, {num_channels}, ...), got {tuple(x.shape)}"
+            )
         return F.group_norm(x, num_groups, params.get("weight"), params.get("bias"), eps), state
 
     return Model(init, apply, "group_norm", {"num_groups": num_groups,
