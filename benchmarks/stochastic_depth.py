@@ -4,7 +4,15 @@ Time: a CIFAR-style ResNet (depth 110 by default) trained with stochastic depth 
 mode (linear decay to ``final_drop_prob = 0.5``; dropped blocks are not computed) and the same
 ResNet with no dropping, in one process, steps interleaved (A B B A ...) on the same batches
 and starting params. Per-epoch time is the sum of step times, so the figure of merit is the
-ratio of **mean** step times (medians are printed beside it).
+ratio of **mean** step times (medians are printed beside it). Both wall-clock and process CPU
+time are measured; on a shared machine (other jobs competing for the cores) CPU time is the
+figure to trust, and with ``--threads 1`` it is the work done.
+
+Expected saving: the CPU time of one block's forward+backward is measured per stage, and
+``sum_l drop_prob_l * cost_l / step_time`` is what skipping bodies can save at best. On a CPU
+the first stage's blocks (largest activations) cost about 3x the others, and linear decay
+drops mostly the late, cheap blocks, so the best case is below the ~25% the paper reports on a
+GPU, where every block costs about the same.
 
 Accuracy: ``--accuracy-steps N`` also trains both variants for N steps on the embedded glyph
 classification set and reports validation accuracy (short runs: the number of steps is printed).
@@ -26,6 +34,7 @@ import torch
 
 from funcgraph import random
 from funcgraph.models.resnet import resnet
+from funcgraph.nn.stochastic_depth import linear_decay
 from funcgraph.train import adam
 from funcgraph.train.supervised import (
     Batch,
@@ -38,7 +47,8 @@ from funcgraph.train.supervised import (
 
 
 def time_steps(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Interleaved step times of the two variants; returns per-variant mean/median seconds."""
+    """Interleaved step times of the two variants: per-variant mean/median of wall-clock
+    (``*_s``) and process CPU (``cpu_*_s``) seconds."""
     common = dict(num_classes=10, in_channels=3, mode="batch")
     models = {"no_drop": resnet(args.depth, final_drop_prob=0.0, **common),  # type: ignore[arg-type]
               "stochastic_depth": resnet(args.depth, final_drop_prob=args.final_drop_prob,
@@ -48,6 +58,7 @@ def time_steps(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     steps = {name: train_step(m, opt) for name, m in models.items()}
     groups = {name: (params, state, opt.init(params)) for name in models}
     times: dict[str, list[float]] = {name: [] for name in models}
+    cpu: dict[str, list[float]] = {name: [] for name in models}
     root = random.key(1)
     for i in range(args.warmup + args.steps):
         k = random.fold_in(root, i)
@@ -57,14 +68,39 @@ def time_steps(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         order = list(models) if i % 2 == 0 else list(reversed(models))
         for name in order:
             p, s, o = groups[name]
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             p, s, o, _ = steps[name](p, s, o, (x, y), k)
-            elapsed = time.perf_counter() - start
+            elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
             groups[name] = (p, s, o)
             if i >= args.warmup:
                 times[name].append(elapsed)
-    return {name: {"mean_s": statistics.fmean(t), "median_s": statistics.median(t)}
-            for name, t in times.items()}
+                cpu[name].append(elapsed_cpu)
+    return {name: {"mean_s": statistics.fmean(times[name]),
+                   "median_s": statistics.median(times[name]),
+                   "cpu_mean_s": statistics.fmean(cpu[name]),
+                   "cpu_median_s": statistics.median(cpu[name])} for name in models}
+
+
+def block_costs(args: argparse.Namespace) -> list[float]:
+    """Median CPU seconds of one basic block's forward+backward in each of the three stages."""
+    from funcgraph.models.resnet import _body
+
+    costs = []
+    for stage in range(3):
+        channels, size = 16 * 2**stage, args.image_size // 2**stage
+        body = _body(channels, channels, 1)
+        params, state = body.init(random.key(0))
+        x = random.normal(random.key(1), (args.batch_size, channels, size, size))
+        grad = torch.func.grad(lambda p, x, b=body, s=state: b.apply(p, s, x, train=True)[0]
+                               .sum(), argnums=(0, 1))
+        grad(params, x)
+        times = []
+        for _ in range(7):
+            start = time.process_time()
+            grad(params, x)
+            times.append(time.process_time() - start)
+        costs.append(statistics.median(times))
+    return costs
 
 
 def accuracy_cost(args: argparse.Namespace) -> dict[str, float]:
@@ -110,14 +146,23 @@ def main(argv: list[str] | None = None) -> None:
         t = time_steps(args)
         base, sd = t["no_drop"], t["stochastic_depth"]
         saving = 1.0 - sd["mean_s"] / base["mean_s"]
+        cpu_saving = 1.0 - sd["cpu_mean_s"] / base["cpu_mean_s"]
         print(f"ResNet-{args.depth}, batch {args.batch_size}, {args.image_size}px, "
               f"{args.steps} interleaved steps per variant, {torch.get_num_threads()} threads")
-        print(f"{'variant':<18}{'mean s/step':>12}{'median s/step':>15}")
+        print(f"{'variant':<18}{'wall mean':>10}{'wall median':>12}{'cpu mean':>10}"
+              f"{'cpu median':>12}   (seconds per step)")
         for name, v in t.items():
-            print(f"{name:<18}{v['mean_s']:>12.4f}{v['median_s']:>15.4f}")
-        print(f"time per epoch saved by stochastic depth: {saving:.1%} "
-              f"(median ratio {sd['median_s'] / base['median_s']:.3f})")
-        record.update(time=t, epoch_time_saving=saving, steps=args.steps)
+            print(f"{name:<18}{v['mean_s']:>10.3f}{v['median_s']:>12.3f}{v['cpu_mean_s']:>10.3f}"
+                  f"{v['cpu_median_s']:>12.3f}")
+        print(f"time per epoch saved by stochastic depth: wall {saving:.1%}, cpu {cpu_saving:.1%}")
+        costs = block_costs(args)
+        n = (args.depth - 2) // 6
+        probs = linear_decay(3 * n, args.final_drop_prob)
+        best = sum(p * costs[i // n] for i, p in enumerate(probs)) / base["cpu_mean_s"]
+        print("block fwd+bwd CPU ms by stage: " + ", ".join(f"{1e3 * c:.1f}" for c in costs)
+              + f"; best possible saving with these costs: {best:.1%}")
+        record.update(time=t, epoch_time_saving=saving, epoch_cpu_saving=cpu_saving,
+                      steps=args.steps, block_cpu_s=costs, best_possible_saving=best)
     if args.accuracy_steps > 0:
         acc = accuracy_cost(args)
         print(f"validation accuracy after {args.accuracy_steps} steps of batch {args.batch_size} "
