@@ -3,6 +3,7 @@ batch, clear errors, and the ``funcgraph export RUN_DIR`` command."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -202,3 +203,12 @@ def test_tensor_names_that_cannot_be_module_attributes(names: list[str], message
 
     with pytest.raises(ExportError, match=message):
         ExportWrapper(convnet(), {n: torch.ones(1) for n in names}, {})
+
+
+def test_export_command_refuses_a_checkpoint_of_another_model(tmp_path: Path) -> None:
+    config = {"model": {"name": "mlp", "in_features": 2, "hidden": [3]}, "input_shape": [1, 2]}
+    run_dir, *_ = make_run(tmp_path, config)
+    other = {"model": {"name": "mlp", "in_features": 2, "hidden": [4]}, "input_shape": [1, 2]}
+    (run_dir / "config.json").write_text(json.dumps(other))
+    result = CliRunner().invoke(app, ["export", str(run_dir), "--out", str(tmp_path / "m.pt2")])
+    assert result.exit_code == 2 and "does not match the model" in result.output, result.output

@@ -35,6 +35,7 @@ def export(
     from ..errors import ConfigError
     from ..export import export as export_program
     from ..export import export_onnx
+    from ..factory import meta_init
     from ..train.run import Run
     from .graph import model_input_shape, resolve_model
 
@@ -43,7 +44,8 @@ def export(
     if not spec:
         raise ConfigError(f"{run_dir}/config.json has no 'model' entry to rebuild the model from")
     model = resolve_model(spec)
-    groups, _ = run.load(checkpoint)
+    expect_params, expect_state = meta_init(model)
+    groups, _ = run.load(checkpoint, expect={"params": expect_params, "state": expect_state})
     params, state = groups.get("params", {}), groups.get("state", {})
     shape = model_input_shape(model, input_shape, run.config.get("input_shape"))
     x = random.normal(random.key(0), shape)
