@@ -198,7 +198,8 @@ def assert_grad_matches_finite_differences(
 
     ``fn(params, *args, **kwargs)`` must return a scalar. Floating tensors in ``params`` and
     ``args`` are cast to ``dtype`` (float64 by default, where central differences are
-    accurate to about 1e-10). The step for an entry ``p`` is ``eps(dtype) ** (1/3) * max(1,
+    accurate to about 1e-10); pass the data as ``args`` rather than capturing it in ``fn``,
+    or it keeps its dtype. The step for an entry ``p`` is ``eps(dtype) ** (1/3) * max(1,
     |p|)`` (about 6e-6 in float64), the step that balances truncation against rounding error;
     pass ``step`` to override. At most ``max_entries`` evenly spaced entries of each tensor are
     checked (two evaluations of ``fn`` each). The gradient comes from ``torch.autograd.grad``,
