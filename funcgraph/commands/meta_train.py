@@ -66,6 +66,8 @@ def meta_train(
              "measure = time both on the first batch.")] = StrategyChoice.auto,
     validate_every: Annotated[int | None, typer.Option(
         min=0, help="Validate every N steps (0: never).")] = None,
+    val_episodes: Annotated[int | None, typer.Option(
+        min=1, help="Validation tasks per validation (default 200).")] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Held-out test tasks at the end.")] = 600,
     device: DeviceOption = "auto",
     seed: SeedOption = 0,
@@ -84,7 +86,6 @@ def meta_train(
     Example: funcgraph meta-train --tasks 5way1shot
     """
     import time
-
     from dataclasses import replace
 
     from ..meta.sources import model_config, task_sources
@@ -99,7 +100,8 @@ def meta_train(
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
         first_order=first_order or None, train_queries=train_queries, rotate=rotate or None,
-        strategy=strategy.value, validate_every=validate_every, test_episodes=episodes,
+        strategy=strategy.value, validate_every=validate_every, val_episodes=val_episodes,
+        test_episodes=episodes,
         seed=seed,
     )
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,

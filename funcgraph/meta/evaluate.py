@@ -2,8 +2,8 @@
 
 The protocol of the few-shot literature: sample ``episodes`` tasks (600 by default) from the
 held-out split, adapt on each support set, score each query set, and report the mean metric
-+- ``1.96 * std / sqrt(n)`` (normal approximation; ``std`` with ``n`` in the denominator, as
-``numpy.std`` in the MAML and prototypical-network reference code).
++- ``1.96 * std / sqrt(n)`` (normal approximation; ``std`` is the sample standard deviation,
+with ``n - 1``, as :func:`funcgraph.data.confidence_interval` uses too).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ TaskSampler = Callable[[Key, int], Task]
 
 
 def confidence_interval(values: Tensor) -> tuple[float, float]:
-    """``(mean, half_width)`` with ``half_width = 1.96 * std / sqrt(n)`` (population std)."""
+    """``(mean, half_width)`` with ``half_width = 1.96 * std / sqrt(n)`` (sample std; 0 for n=1)."""
     v = values.detach().to(torch.float64).flatten()
     if v.numel() == 0:
         raise ConfigError("confidence_interval: need at least one value")
-    std = v.std(correction=0).item()
+    std = v.std().item() if v.numel() > 1 else 0.0
     return v.mean().item(), 1.96 * std / math.sqrt(v.numel())
 
 

@@ -91,7 +91,7 @@ def task_sources(
             raise DataError("--dataset omniglot needs --data-root DIR holding "
                             "images_background/ and images_evaluation/")
         splits = {"train": "background", "val": "validation", "test": "evaluation"}
-        loaded = {k: load_omniglot(data_root, s, image_size=image_size)
+        loaded = {k: load_omniglot(Path(data_root), s, image_size=image_size)
                   for k, s in splits.items()}
         return _classification(loaded, spec, train_queries, rotate)
     if dataset == "sinusoid":

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 
 from .. import random
-from ..errors import CheckpointError, ConfigError, DeviceError
+from ..errors import CheckpointError, ConfigError
 from ..model import bind
 from ..params import Params
+from ..placement import resolve_device
 from ..train import Groups, LoopConfig, Run, adam, run_loop
 from .evaluate import EvalResult, evaluate
 from .learner import MetaLearner
@@ -109,27 +110,6 @@ def default_config(algo: str = "maml", dataset: str = "glyphs", **given: Any) ->
     return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
-def resolve_device(device: str) -> torch.device:
-    """``auto`` (CUDA, then MPS, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        return torch.device("mps" if torch.backends.mps.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise DeviceError(f"--device: expected auto, cpu, cuda, cuda:N or mps, got {device!r}"
-                          ) from None
-    available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                 "mps": torch.backends.mps.is_available()}
-    if not available.get(dev.type, False):
-        raise DeviceError(f"--device {device}: no such device here (torch sees: "
-                          f"{', '.join(k for k, v in available.items() if v)})")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise DeviceError(f"--device {device}: only {torch.cuda.device_count()} CUDA devices")
-    return dev
-
-
 def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
                   dtype: torch.dtype = torch.float32) -> MetaLearner:
     """The meta-learner ``cfg.algo`` over the model ``cfg.model``."""
@@ -203,8 +183,12 @@ def meta_train(
     groups: Groups = {"params": params, "opt": optimizer.init(params)}
     start, best_value, strategy = 0, None, None
     if resume and run.has_checkpoint("last"):
-        loaded, meta = run.load("last", expect=groups)
-        groups = {k: loaded[k] for k in groups}
+        # Verify the params against the model; the optimiser state is ours (its "step" entry
+        # appears after the first update, so an init template would not match it).
+        loaded, meta = run.load("last", expect={"params": params})
+        if "opt" not in loaded:
+            raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
+        groups = {"params": loaded["params"], "opt": loaded["opt"]}
         start, best_value = int(meta["step"]), meta.get("best_value")
         strategy = meta.get("strategy") if meta.get("device") == dev.type else None
         run.truncate_metrics(start)
@@ -288,5 +272,4 @@ def evaluate_run(
 
 
 __all__ = ["ALGOS", "ALGO_DEFAULTS", "DATASET_DEFAULTS", "MetaTrainConfig", "MetaTrainResult",
-           "build_learner", "default_config", "evaluate_run", "init_params", "meta_train",
-           "resolve_device"]
+           "build_learner", "default_config", "evaluate_run", "init_params", "meta_train"]

@@ -1,0 +1,217 @@
+"""One MAML meta-step: funcgraph against a clone-and-adapt per-task loop, same math, same run.
+
+The baseline is what learn2learn does: for each task, clone the module's parameters (the
+clones stay in the autograd graph), adapt with ``torch.autograd.grad(create_graph=True)`` and
+by swapping the adapted tensors into the module, then ``backward()`` the query loss into the
+shared parameters; Adam steps once per meta-batch. funcgraph runs the same computation as a
+pure function (``funcgraph.meta.maml`` over ``conv4``) with each execution strategy.
+
+Timings are interleaved (baseline, then each funcgraph variant, repeated), so load changes on
+a shared machine hit all alike; the table shows medians. Before timing, the meta-gradients of
+every variant are compared with the baseline's on the same batch. Peak RSS is measured per
+variant by resetting the kernel's high-water mark (``/proc/self/clear_refs``) before its
+step. GFLOP/s divides the useful work (FLOPs of the baseline step, counted once with
+``torch.utils.flop_counter``) by each variant's time.
+
+Example (the issue's configuration; prints a table and JSON lines)::
+
+    python benchmarks/meta_step.py --queries 15 --variant pool --reps 5
+    python benchmarks/meta_step.py --queries 1 --variant strided   # the meta-train default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from funcgraph import bind, random
+from funcgraph.meta import Task, maml, mean_task_grads
+from funcgraph.models import conv4
+from funcgraph.params import Params
+from funcgraph.train import adam
+
+
+class Conv4Module(nn.Module):
+    """conv4 as an ``nn.Module`` with the same parameter names as ``funcgraph.models.conv4``."""
+
+    def __init__(self, ways: int, hidden: int, variant: str) -> None:
+        super().__init__()
+        stride = 2 if variant == "strided" else 1
+        self.variant = variant
+        for i in range(4):
+            block = nn.Module()
+            block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
+            block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
+            self.add_module(f"block{i + 1}", block)
+        self.head = nn.Linear(hidden, ways)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i in range(4):
+            block = getattr(self, f"block{i + 1}")
+            x = F.relu(block.norm(block.conv(x)))
+            if self.variant == "pool":
+                x = F.max_pool2d(x, 2)
+        x = x.mean((2, 3)) if self.variant == "strided" else x.flatten(1)
+        return self.head(x)
+
+
+def clone_module(module: nn.Module) -> nn.Module:
+    """learn2learn's ``clone_module``: a shallow copy with graph-connected parameter clones."""
+    clone = module.__new__(type(module))
+    clone.__dict__ = module.__dict__.copy()
+    clone._parameters = {k: p.clone() for k, p in module._parameters.items() if p is not None}
+    clone._modules = {k: clone_module(m) for k, m in module._modules.items() if m is not None}
+    return clone
+
+
+def update_module(module: nn.Module, grads: dict[str, Tensor], lr: float, prefix: str = "") -> None:
+    """learn2learn's ``update_module``: swap ``p - lr * g`` in for every parameter."""
+    for k, p in list(module._parameters.items()):
+        module._parameters[k] = p - lr * grads[prefix + k]
+    for name, child in module._modules.items():
+        update_module(child, grads, lr, f"{prefix}{name}.")
+
+
+def baseline_grads(module: nn.Module, tasks: Task, lr: float, steps: int) -> Params:
+    """Mean meta-gradient over tasks with the clone-and-adapt loop (grads land in ``.grad``)."""
+    module.zero_grad(set_to_none=True)
+    for t in range(tasks.num_tasks):
+        learner = clone_module(module)
+        for _ in range(steps):
+            loss = F.cross_entropy(learner(tasks.support_x[t]), tasks.support_y[t])
+            named = dict(learner.named_parameters())  # the graph-connected clones
+            grads = torch.autograd.grad(loss, list(named.values()), create_graph=True)
+            update_module(learner, dict(zip(named, grads, strict=True)), lr)
+        query_loss = F.cross_entropy(learner(tasks.query_x[t]), tasks.query_y[t])
+        (query_loss / tasks.num_tasks).backward()
+    return {n: p.grad for n, p in module.named_parameters() if p.grad is not None}
+
+
+def make_tasks(args: argparse.Namespace, dtype: torch.dtype) -> Task:
+    k = random.split(random.key(args.seed), 2)
+    n, t = args.ways, args.meta_batch
+    sx = random.uniform(k[0], (t, n * args.shots, 1, 28, 28), dtype=dtype)
+    qx = random.uniform(k[1], (t, n * args.queries, 1, 28, 28), dtype=dtype)
+    sy = torch.arange(n).repeat_interleave(args.shots).expand(t, -1).contiguous()
+    qy = torch.arange(n).repeat_interleave(args.queries).expand(t, -1).contiguous()
+    return Task(sx, sy, qx, qy)
+
+
+def peak_rss_reset() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_gb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ways", type=int, default=5)
+    p.add_argument("--shots", type=int, default=1)
+    p.add_argument("--queries", type=int, default=15)
+    p.add_argument("--meta-batch", type=int, default=32)
+    p.add_argument("--inner-steps", type=int, default=1)
+    p.add_argument("--inner-lr", type=float, default=0.4)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--variant", choices=("pool", "strided"), default="pool")
+    p.add_argument("--strategies", default="loop,vmap,vmap8",
+                   help="funcgraph variants: loop, vmap, vmapN (vmap N tasks at a time)")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: perf_counter; cpu: process CPU time (robust on a shared machine)")
+    args = p.parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+
+    torch.manual_seed(args.seed)
+    dtype = torch.float32
+    model = conv4(args.ways, hidden=args.hidden, variant=args.variant)
+    params, state = model.init(random.key(args.seed))
+    module = Conv4Module(args.ways, args.hidden, args.variant)
+    module.load_state_dict(params)
+    tasks = make_tasks(args, dtype)
+    learner = maml(bind(model, state), inner_steps=args.inner_steps, inner_lr=args.inner_lr)
+    opt_fg = adam(1e-3)
+    opt_state = opt_fg.init(params)
+    opt_base = torch.optim.Adam(module.parameters(), 1e-3)
+
+    def base_step() -> None:
+        baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
+        opt_base.step()
+
+    def fg_step(strategy: str, chunk: int | None) -> Callable[[], None]:
+        def step() -> None:
+            grads, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
+                                          chunk_size=chunk)
+            opt_fg.update(params, grads, opt_state)  # result dropped: same params every rep
+        return step
+
+    variants: dict[str, Callable[[], None]] = {"baseline (clone-and-adapt loop)": base_step}
+    for name in args.strategies.split(","):
+        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
+        variants[f"funcgraph {name}"] = fg_step("vmap" if name.startswith("vmap") else name, chunk)
+
+    # Equal meta-gradients on this batch before any timing (float32: rounding-level agreement).
+    want = baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
+    for name in args.strategies.split(","):
+        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
+        got, _, _ = mean_task_grads(learner.task_grad, params, tasks,
+                                    strategy="vmap" if name.startswith("vmap") else name,
+                                    chunk_size=chunk)
+        # Relative to the whole gradient: conv biases before batch norm have ~0 gradient, so
+        # a per-tensor ratio would compare rounding noise with rounding noise.
+        diff = torch.cat([(got[n] - want[n]).flatten() for n in want])
+        err = (diff.norm() / torch.cat([w.flatten() for w in want.values()]).norm()).item()
+        print(json.dumps({"check": name, "rel_grad_diff_vs_baseline": err}))
+        if err > 1e-3:
+            raise SystemExit(f"{name}: meta-gradient differs from the baseline ({err:.2e})")
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
+    flops = counter.get_total_flops()
+
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    rss: dict[str, float] = {}
+    for name, fn in variants.items():  # warm-up, and the peak RSS of one step each
+        peak_rss_reset()
+        fn()
+        rss[name] = peak_rss_gb()
+    for _ in range(args.reps):
+        for name, fn in variants.items():
+            start = clock()
+            fn()
+            times[name].append(clock() - start)
+
+    base = statistics.median(times["baseline (clone-and-adapt loop)"])
+    print(f"\nconv4-{args.variant} {args.ways}-way {args.shots}-shot {args.queries} query, "
+          f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
+          f"{flops / 1e9:.1f} GFLOP per meta-step; threads {torch.get_num_threads()}; "
+          f"median of {args.reps}, {args.clock} clock")
+    print(f"{'variant':34s} {'s/step':>8s} {'tasks/s':>8s} {'peak RSS GB':>12s} "
+          f"{'GFLOP/s':>8s} {'speed-up':>9s}")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        row = {"variant": name, "s_per_step": med, "tasks_per_s": args.meta_batch / med,
+               "peak_rss_gb": rss[name], "gflop_per_s": flops / med / 1e9,
+               "speedup_vs_baseline": base / med, "config": vars(args)}
+        print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
+              f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Reptile, prototypical networks, evaluation CI and strategies against direct computations."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from funcgraph import bind, random
+from funcgraph.meta import (
+    DEFAULT_STRATEGY,
+    Task,
+    confidence_interval,
+    evaluate,
+    maml,
+    mean_task_grads,
+    protonet,
+    prototypes,
+    reptile,
+    resolve_strategy,
+    squared_distances,
+    task_evals,
+)
+from funcgraph.models import conv4, mlp
+from funcgraph.train import sgd
+
+DT = torch.float64
+
+
+def image_tasks(seed: int, tasks: int = 2, ways: int = 3, shots: int = 2, queries: int = 2) -> Task:
+    k = random.split(random.key(seed), 2)
+    sx = random.normal(k[0], (tasks, ways * shots, 1, 8, 8), dtype=DT)
+    qx = random.normal(k[1], (tasks, ways * queries, 1, 8, 8), dtype=DT)
+    sy = torch.arange(ways).repeat_interleave(shots).expand(tasks, -1).contiguous()
+    qy = torch.arange(ways).repeat_interleave(queries).expand(tasks, -1).contiguous()
+    return Task(sx, sy, qx, qy)
+
+
+def sine_tasks(seed: int, tasks: int, shots: int) -> Task:
+    k = random.split(random.key(seed), 3)
+    amp = random.uniform(k[0], (tasks, 1, 1), dtype=DT, low=0.1, high=5.0)
+    x = random.uniform(k[1], (tasks, 2 * shots, 1), dtype=DT, low=-5.0, high=5.0)
+    y = amp * torch.sin(x)
+    return Task(x[:, :shots], y[:, :shots], x[:, shots:], y[:, shots:])
+
+
+def test_reptile_update_equals_its_formula() -> None:
+    model = conv4(3, hidden=4, image_size=8, dtype=DT)
+    theta, state = model.init(random.key(0))
+    apply = bind(model, state)
+    tasks = image_tasks(1)
+    steps, lr, eps = 3, 0.1, 0.5
+    learner = reptile(apply, inner_steps=steps, inner_lr=lr)
+    pseudo, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="loop")
+    new_theta, _ = sgd(eps).update(theta, pseudo, {})
+    # Direct: W_t = k SGD steps on all of task t's examples; theta + eps * mean(W_t - theta).
+    adapted = []
+    for t in range(tasks.num_tasks):
+        x = torch.cat([tasks.support_x[t], tasks.query_x[t]])
+        y = torch.cat([tasks.support_y[t], tasks.query_y[t]])
+        w = {n: p.detach().clone().requires_grad_() for n, p in theta.items()}
+        for _ in range(steps):
+            grads = torch.autograd.grad(F.cross_entropy(apply(w, x), y), list(w.values()))
+            w = {n: (p - lr * g).detach().requires_grad_()
+                 for (n, p), g in zip(w.items(), grads, strict=True)}
+        adapted.append(w)
+    for n, p in theta.items():
+        want = p + eps * torch.stack([w[n].detach() - p for w in adapted]).mean(0)
+        torch.testing.assert_close(new_theta[n], want, rtol=1e-10, atol=1e-12,
+                                   msg=lambda m, n=n: f"reptile update of {n}: {m}")
+
+
+def test_protonet_distances_loss_and_gradients_match_direct_computation() -> None:
+    model = conv4(None, hidden=4, image_size=8, dtype=DT)
+    params, state = model.init(random.key(2))
+    embed = bind(model, state)
+    task = image_tasks(3, tasks=1).pick(0)
+    learner = protonet(embed, ways=3)
+    grads, loss, acc = learner.task_grad(params, task)
+
+    leaves = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
+    s, q = embed(leaves, task.support_x), embed(leaves, task.query_x)
+    protos = torch.stack([s[task.support_y == c].mean(0) for c in range(3)])
+    dist = torch.cdist(q, protos) ** 2
+    torch.testing.assert_close(prototypes(s, task.support_y, 3), protos)
+    torch.testing.assert_close(squared_distances(q, protos), dist)
+    want_loss = F.cross_entropy(-dist, task.query_y)
+    torch.testing.assert_close(loss, want_loss.detach())
+    torch.testing.assert_close(acc, (dist.argmin(1) == task.query_y).to(DT).mean())
+    want = torch.autograd.grad(want_loss, list(leaves.values()))
+    for (n, _), g in zip(leaves.items(), want, strict=True):
+        torch.testing.assert_close(grads[n], g, msg=lambda m, n=n: f"protonet grad {n}: {m}")
+
+
+def test_confidence_interval_formula() -> None:
+    values = torch.tensor([0.6, 0.8, 1.0, 0.4, 0.7])
+    mean, half = confidence_interval(values)
+    v = values.double()
+    assert math.isclose(mean, v.mean().item(), rel_tol=1e-12)
+    assert math.isclose(half, 1.96 * v.std().item() / math.sqrt(5), rel_tol=1e-12)
+
+
+def test_evaluate_is_deterministic_and_independent_of_batching() -> None:
+    model = mlp(hidden=(8,), dtype=DT)
+    params, _ = model.init(random.key(0))
+    learner = maml(bind(model, {}), kind="regression", inner_steps=2, inner_lr=0.01)
+
+    def sample(key: torch.Tensor, n: int) -> Task:
+        return sine_tasks(int(random.bits(key, (1,)).item()), n, 5)
+
+    a = evaluate(learner, params, sample, key=random.key(1), episodes=12, batch=4)
+    b = evaluate(learner, params, sample, key=random.key(1), episodes=12, batch=4)
+    assert a == b, "same key, same result"
+    assert a.metric_name == "mse" and a.episodes == 12 and a.ci95 > 0
+
+
+def test_auto_strategy_is_the_measured_default_and_measure_picks_the_faster() -> None:
+    assert resolve_strategy("auto", "cpu") == DEFAULT_STRATEGY["cpu"]
+    delays = {"loop": 0.02, "vmap": 0.0}
+    import time
+
+    assert resolve_strategy("measure", "cpu", probe=lambda s: time.sleep(delays[s])) == "vmap"
+
+
+@given(tasks=st.integers(1, 4), shots=st.integers(1, 5), steps=st.integers(0, 2),
+       first_order=st.booleans())
+def test_vmap_equals_loop_for_any_task_shape(tasks: int, shots: int, steps: int,
+                                             first_order: bool) -> None:
+    model = mlp(hidden=(6, 6), dtype=DT)
+    params, _ = model.init(random.key(tasks))
+    learner = maml(bind(model, {}), kind="regression", inner_steps=steps, inner_lr=0.05,
+                   first_order=first_order)
+    batch = sine_tasks(shots, tasks, shots)
+    gl, ll, _ = mean_task_grads(learner.task_grad, params, batch, strategy="loop")
+    gv, lv, _ = mean_task_grads(learner.task_grad, params, batch, strategy="vmap")
+    torch.testing.assert_close(ll, lv)
+    for n in params:
+        torch.testing.assert_close(gl[n], gv[n], rtol=1e-10, atol=1e-12)
+    el, _ = task_evals(learner.task_eval, params, batch, strategy="loop")
+    ev, _ = task_evals(learner.task_eval, params, batch, strategy="vmap")
+    torch.testing.assert_close(el, ev)

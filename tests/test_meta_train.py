@@ -1,0 +1,135 @@
+"""meta-train as a library and a command: run directory, resume bit-identity, clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from funcgraph import random
+from funcgraph.cli import app
+from funcgraph.meta import Task
+from funcgraph.meta.sources import TaskSources
+from funcgraph.meta.train import MetaTrainConfig, evaluate_run, meta_train
+from funcgraph.train import Run
+
+WAYS = 3
+MODEL = {"name": "conv4", "ways": WAYS, "in_channels": 1, "hidden": 4, "image_size": 8,
+         "variant": "strided"}
+
+
+def synthetic_sampler(tag: int, interrupt_at: int | None = None) -> object:
+    """Tasks whose classes differ in mean brightness: learnable, tiny, deterministic per key."""
+    calls = {"n": 0}
+
+    def sample(key: torch.Tensor, n: int) -> Task:
+        calls["n"] += 1
+        if interrupt_at is not None and calls["n"] == interrupt_at:
+            raise KeyboardInterrupt
+        k = random.split(random.fold_in(key, tag), 2)
+        labels = torch.arange(WAYS).expand(n, -1)  # one shot, one query per class
+        sx = random.normal(k[0], (n, WAYS, 1, 8, 8)) + labels[..., None, None, None]
+        qx = random.normal(k[1], (n, WAYS, 1, 8, 8)) + labels[..., None, None, None]
+        return Task(sx, labels.contiguous(), qx, labels.contiguous())
+
+    return sample
+
+
+def sources(interrupt_at: int | None = None) -> TaskSources:
+    return TaskSources("classification", synthetic_sampler(0, interrupt_at),  # type: ignore[arg-type]
+                       synthetic_sampler(1), synthetic_sampler(2), WAYS, 1, 8)  # type: ignore[arg-type]
+
+
+def config(steps: int) -> MetaTrainConfig:
+    return MetaTrainConfig(tasks=f"{WAYS}way1shot1query", steps=steps, meta_batch=2,
+                           validate_every=2, val_episodes=4, test_episodes=6,
+                           checkpoint_every=1, model=MODEL)
+
+
+def run_quiet(cfg: MetaTrainConfig, out: Path, **kw: object) -> object:
+    return meta_train(cfg, out, show_progress=False, echo=lambda _: None, **kw)  # type: ignore[arg-type]
+
+
+def test_run_directory_holds_config_metrics_checkpoints_and_test(tmp_path: Path) -> None:
+    result = run_quiet(config(2), tmp_path / "run", sources=sources())
+    run = Run.open(tmp_path / "run")
+    assert run.config["model"] == MODEL, "config.json says how to rebuild the model"
+    kinds = [r["kind"] for r in run.metrics()]
+    assert "validation" in kinds and kinds[-1] == "test"
+    test = run.metrics()[-1]
+    assert test["episodes"] == 6 and 0.0 <= test["acc"] <= 1.0 and test["acc_ci95"] >= 0
+    assert run.has_checkpoint("last") and run.has_checkpoint("best")
+    assert result.test.episodes == 6  # type: ignore[attr-defined]
+
+
+def test_interrupted_and_resumed_run_is_bit_identical(tmp_path: Path) -> None:
+    whole = run_quiet(config(4), tmp_path / "whole", sources=sources())
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C during the 3rd step
+        run_quiet(config(4), tmp_path / "cut", sources=sources(interrupt_at=3))
+    _, meta = Run.open(tmp_path / "cut").load("last")
+    assert meta["step"] == 2, "Ctrl-C saved the completed steps"
+    resumed = run_quiet(config(4), tmp_path / "cut", sources=sources(), resume=True)
+    for n, p in whole.params.items():  # type: ignore[attr-defined]
+        assert torch.equal(p, resumed.params[n]), f"{n} differs after resume"  # type: ignore[attr-defined]
+    strip = [{k: v for k, v in r.items() if k != "tasks_per_s"}
+             for r in Run.open(tmp_path / "whole").metrics()]
+    again = [{k: v for k, v in r.items() if k != "tasks_per_s"}
+             for r in Run.open(tmp_path / "cut").metrics()]
+    assert again == strip, "metrics.jsonl reads as if the run had never stopped"
+
+
+def test_resume_refuses_changed_options(tmp_path: Path) -> None:
+    run_quiet(config(1), tmp_path / "run", sources=sources())
+    changed = MetaTrainConfig(**{**config(2).to_json(), "inner_lr": 0.1})
+    with pytest.raises(Exception, match="inner_lr"):
+        run_quiet(changed, tmp_path / "run", sources=sources(), resume=True)
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--tasks", "5wayXshot"], "task spec"),
+    (["--dataset", "omniglot", "--data-root", "/no/such/dir"], "/no/such/dir"),
+    (["--tasks", "5way1shot", "--bogus"], "No such option"),
+    (["--algo", "nope"], "nope"),
+    (["--resume"], "--out"),
+])
+def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["meta-train", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_user_errors_are_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["meta-train", "--dataset", "omniglot", "--data-root",
+                                 str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_sinusoid_meta_train_then_evaluate_from_the_run_directory(tmp_path: Path) -> None:
+    out = tmp_path / "sine"
+    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "2",
+                                 "--meta-batch", "2", "--episodes", "4", "--validate-every",
+                                 "1", "--val-episodes", "3", "--device", "cpu", "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    assert "mse" in result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["name"] == "mlp" and config["dataset"] == "sinusoid"
+    result = runner.invoke(app, ["evaluate", str(out), "--episodes", "5", "--device", "cpu",
+                                 "--inner-steps-eval", "2"])
+    assert result.exit_code == 0, result.output
+    assert "5 tasks" in result.output
+    _, res = evaluate_run(out, episodes=3, device="cpu")
+    assert res.episodes == 3 and res.metric_name == "mse"
+
+
+def test_evaluate_rejects_a_directory_without_a_run(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["evaluate", str(tmp_path)])
+    assert result.exit_code == 2 and "not a run directory" in result.output

@@ -1,0 +1,98 @@
+"""conv4 and the MLP against equivalent torch.nn modules (names, outputs, gradients)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from funcgraph import bind, random
+from funcgraph.errors import ConfigError
+from funcgraph.models import REGISTRY, build, conv4, mlp
+
+
+class TorchConv4(nn.Module):
+    """The reference: nn.Conv2d / nn.BatchNorm2d(track_running_stats=False) / ReLU / pool."""
+
+    def __init__(self, ways: int, hidden: int, variant: str, size: int) -> None:
+        super().__init__()
+        stride = 2 if variant == "strided" else 1
+        self.variant = variant
+        for i in range(4):
+            block = nn.Module()
+            block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
+            block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
+            self.add_module(f"block{i + 1}", block)
+        for _ in range(4):
+            size = (size + 1) // 2 if variant == "strided" else size // 2
+        self.head = nn.Linear(hidden if variant == "strided" else hidden * size * size, ways)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i in range(4):
+            block = getattr(self, f"block{i + 1}")
+            x = F.relu(block.norm(block.conv(x)))
+            if self.variant == "pool":
+                x = F.max_pool2d(x, 2)
+        return self.head(x.mean((2, 3)) if self.variant == "strided" else x.flatten(1))
+
+
+@pytest.mark.parametrize("variant,size", [("strided", 28), ("pool", 28), ("pool", 32)])
+def test_conv4_matches_torch_module(variant: str, size: int) -> None:
+    model = conv4(5, hidden=8, variant=variant, image_size=size, dtype=torch.float64)
+    params, state = model.init(random.key(0))
+    assert state == {}, "transductive batch norm keeps no running statistics"
+    ref = TorchConv4(5, 8, variant, size).double()
+    assert list(params) == list(ref.state_dict()), "param names follow the nn.Module's"
+    ref.load_state_dict(params)
+    x = random.uniform(random.key(1), (6, 1, size, size), dtype=torch.float64)
+    y = bind(model, state)(params, x)
+    torch.testing.assert_close(y, ref(x), msg="forward equals the torch.nn reference")
+    g = torch.func.grad(lambda p: bind(model, state)(p, x).square().sum())(params)
+    ref(x).square().sum().backward()
+    for n, p in ref.named_parameters():
+        torch.testing.assert_close(g[n], p.grad, msg=f"gradient of {n}")
+
+
+def test_conv4_uses_batch_statistics_in_eval_mode_too() -> None:
+    model = conv4(3, hidden=4, image_size=8)
+    params, state = model.init(random.key(0))
+    x = random.uniform(random.key(1), (4, 1, 8, 8))
+    train, _ = model.apply(params, state, x, train=True)
+    evaluation, _ = model.apply(params, state, x, train=False)
+    torch.testing.assert_close(train, evaluation)
+
+
+def test_conv4_without_head_is_an_embedding() -> None:
+    model = conv4(None, hidden=16)
+    params, state = model.init(random.key(0))
+    assert not any(n.startswith("head.") for n in params)
+    assert bind(model, state)(params, torch.rand(3, 1, 28, 28)).shape == (3, 16)
+
+
+@pytest.mark.parametrize("bad", [{"variant": "avg"}, {"ways": 0}])
+def test_conv4_rejects_bad_hyperparameters(bad: dict) -> None:
+    kw = {"ways": 5, **bad}
+    with pytest.raises(ConfigError, match="conv4"):
+        conv4(kw.pop("ways"), **kw)
+
+
+def test_mlp_matches_sequential() -> None:
+    model = mlp(1, 1, hidden=(40, 40))
+    params, _ = model.init(random.key(0))
+    layers = nn.ModuleList([nn.Linear(1, 40), nn.Linear(40, 40), nn.Linear(40, 1)])
+    assert list(params) == [f"layers.{n}" for n in layers.state_dict()]
+    layers.load_state_dict({n.removeprefix("layers."): p for n, p in params.items()})
+    x = torch.linspace(-5, 5, 11).unsqueeze(1)
+    want = layers[2](torch.relu(layers[1](torch.relu(layers[0](x)))))
+    torch.testing.assert_close(bind(model, {})(params, x), want)
+
+
+def test_build_rebuilds_from_a_run_config() -> None:
+    assert {"conv4", "mlp"} <= set(REGISTRY)
+    model = build({"name": "conv4", "ways": 5, "hidden": 8, "variant": "pool"})
+    assert model.meta["variant"] == "pool"
+    with pytest.raises(ConfigError, match="model.name"):
+        build({"name": "nope"})
+    with pytest.raises(ConfigError, match="bad hyperparameters"):
+        build({"name": "mlp", "widthh": 3})
