@@ -224,3 +224,14 @@ def test_grad_through_batch_mode() -> None:
     for name, ran in blocks_ran(s).items():
         g = grads[f"{name}.body.conv1.weight"]
         assert bool((g != 0).any()) == bool(ran), f"{name}: gradient iff the block ran"
+
+
+def test_evaluation_exports() -> None:
+    from funcgraph.export import export
+
+    model = resnet(8, num_classes=3, in_channels=1, width=4)
+    params, state = model.init(random.key(0))
+    x = random.normal(random.key(1), (2, 1, 8, 8))
+    program = export(model, params, state, x)
+    y = random.normal(random.key(2), (3, 1, 8, 8))
+    torch.testing.assert_close(program.module()(y), model.apply(params, state, y)[0])
