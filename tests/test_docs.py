@@ -83,3 +83,10 @@ def test_the_collector_finds_and_classifies_blocks() -> None:
     assert code_blocks(text) == [(2, "python", "a = 1\n"), (5, "python no-run", "b\n"),
                                  (8, "bash", "ls\n")]
     assert [runnable(info) for _, info, _ in code_blocks(text)] == [True, False, False]
+
+
+def test_every_page_in_the_mkdocs_nav_exists() -> None:
+    nav = re.findall(r"^\s*-\s[^:]+:\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert "index.md" in nav
+    missing = [page for page in nav if not (ROOT / "docs" / page).is_file()]
+    assert not missing, f"mkdocs.yml names pages that do not exist: {missing}"
