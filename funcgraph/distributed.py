@@ -89,6 +89,12 @@ def shutdown(env: DistEnv) -> None:
         dist.destroy_process_group()
 
 
+def barrier(env: DistEnv) -> None:
+    """Wait until every rank gets here (no-op for a single process)."""
+    if env.active:
+        _collective(env, "barrier", dist.barrier)
+
+
 def shard(total: int, env: DistEnv) -> range:
     """This rank's contiguous, disjoint slice of ``range(total)``; ranks cover it exactly."""
     if total % env.world_size:
@@ -175,6 +181,20 @@ def assert_in_sync(params: Params, env: DistEnv, step: int) -> None:
         raise DistributedError(f"distributed: params diverged across ranks at step {step} ({sums})")
 
 
+def without_option(argv: Sequence[str], option: str) -> list[str]:
+    """``argv`` without ``option`` and its value (``--opt V`` or ``--opt=V``)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
+
+
 def spawn(nproc: int, argv: Sequence[str], *, nnodes: int = 1) -> int:
     """Run ``python -m funcgraph ARGV`` in ``nproc`` processes under torchrun on this machine
     (loopback rendezvous); returns the launcher's exit code. What ``--nproc`` does."""
@@ -192,6 +212,7 @@ __all__ = [
     "DistEnv",
     "all_reduce_mean",
     "assert_in_sync",
+    "barrier",
     "checksum",
     "init",
     "launched_by_torchrun",
@@ -199,4 +220,5 @@ __all__ = [
     "shard",
     "shutdown",
     "spawn",
+    "without_option",
 ]

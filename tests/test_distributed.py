@@ -111,3 +111,26 @@ def test_single_process_env_is_a_no_op():
     g = {"w": torch.ones(2)}
     assert distributed.all_reduce_mean(g, env)["w"] is not None
     distributed.assert_in_sync(g, env, 0)
+
+
+def test_meta_train_nproc_2_equals_one_process(tmp_path):
+    """`funcgraph meta-train --nproc 2` (torchrun, gloo) ends where one process ends."""
+    from typer.testing import CliRunner
+
+    from funcgraph.cli import app
+
+    args = ["meta-train", "--dataset", "sinusoid", "--steps", "3", "--meta-batch", "8",
+            "--validate-every", "0", "--episodes", "4"]
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-m", "funcgraph", *args, "--nproc", "2", "--out",
+                           str(tmp_path / "two")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
+    assert result.exit_code == 0, result.output
+    two, meta_two = load_checkpoint(tmp_path / "two" / "checkpoints" / "last")
+    one, _ = load_checkpoint(tmp_path / "one" / "checkpoints" / "last")
+    assert meta_two["world_size"] == 2
+    for n in one["params"]:
+        torch.testing.assert_close(two["params"][n], one["params"][n], rtol=1e-5, atol=1e-6)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .. import random
+from .. import distributed, random
 from ..errors import CheckpointError, ConfigError
 from ..model import bind
 from ..params import Params
@@ -146,7 +146,7 @@ class MetaTrainResult:
 
     run: Run
     params: Params
-    test: EvalResult
+    test: EvalResult | None  # None on ranks other than 0 of a distributed job
 
 
 def meta_train(
@@ -158,6 +158,8 @@ def meta_train(
     sources: TaskSources | None = None,
     show_progress: bool = True,
     echo: Any = print,
+    env: distributed.DistEnv | None = None,
+    sync_every: int = 50,
 ) -> MetaTrainResult:
     """Meta-train per ``cfg`` into the run directory ``out``; see the module docstring.
 
@@ -166,7 +168,14 @@ def meta_train(
         resume: continue the run in ``out`` from its ``last`` checkpoint (only ``steps`` may
             differ from the stored config).
         echo: where one-line summaries go.
+        env: this process's place in a data-parallel job (``distributed.init()``): each rank
+            meta-trains on its slice of every meta-batch and one all-reduce averages the
+            gradients; rank 0 alone validates, writes and tests. Every ``sync_every`` steps a
+            checksum verifies that all ranks hold identical params.
     """
+    env = env or distributed.DistEnv()
+    if env.active and cfg.strategy == "measure":
+        cfg = replace(cfg, strategy="auto")  # timings differ per rank; ranks must agree
     dev = resolve_device(device)
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
@@ -175,7 +184,11 @@ def meta_train(
         from .sources import default_model_config
 
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
+    if env.is_main:
+        run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
+    distributed.barrier(env)
+    if not env.is_main:
+        run = Run.open(out)
     learner = build_learner(cfg, sources)
     params, train_key = init_params(cfg, learner)
     val_key, test_key = random.fold_in(train_key, -1), random.fold_in(train_key, -2)
@@ -191,14 +204,24 @@ def meta_train(
         groups = {"params": loaded["params"], "opt": loaded["opt"]}
         start, best_value = int(meta["step"]), meta.get("best_value")
         strategy = meta.get("strategy") if meta.get("device") == dev.type else None
-        run.truncate_metrics(start)
+        if env.is_main:
+            run.truncate_metrics(start)
     groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
     def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
-        tasks = sources.train(random.fold_in(train_key, step), cfg.meta_batch).to(dev)
-        grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"], tasks,
+        tasks = sources.train(random.fold_in(train_key, step), cfg.meta_batch)
+        if env.active:
+            mine = distributed.shard(cfg.meta_batch, env)
+            tasks = tasks.pick(slice(mine.start, mine.stop))
+        grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"], tasks.to(dev),
                                               strategy=strategy)
+        if env.active:
+            grads = distributed.all_reduce_mean(
+                {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
+            loss, metric = grads.pop("loss."), grads.pop("metric.")
         params, opt = optimizer.update(groups["params"], grads, groups["opt"])
+        if env.active and (step + 1) % sync_every == 0:
+            distributed.assert_in_sync(params, env, step + 1)
         return {"params": params, "opt": opt}, {
             "loss": float(loss), learner.objective.metric_name: float(metric)}
 
@@ -216,13 +239,17 @@ def meta_train(
         total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
         validate_every=cfg.validate_every, best_metric=metric_name,
         maximize=learner.objective.higher_is_better, items_per_step=cfg.meta_batch,
-        item_name="tasks", show_progress=show_progress, description=f"meta-train {cfg.algo}",
-        meta={"strategy": strategy, "device": dev.type},
+        item_name="tasks", show_progress=show_progress and env.is_main,
+        write=env.is_main, description=f"meta-train {cfg.algo}",
+        meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
     )
     if start < cfg.steps:
+        with_validation = cfg.validate_every and env.is_main
         groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
-                          start_step=start, validate=validate if cfg.validate_every else None,
+                          start_step=start, validate=validate if with_validation else None,
                           best_value=best_value)
+    if not env.is_main:
+        return MetaTrainResult(run, groups["params"], None)
     tag = "best" if run.has_checkpoint("best") else "last"
     final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
     test = evaluate(learner, final, sources.test, key=test_key, episodes=cfg.test_episodes,
