@@ -297,3 +297,18 @@ def test_branches_covered_reports_an_exit_that_is_never_skipped() -> None:
     run, images = early_exit_outputs(threshold=1.0)  # p > 1 never holds: every sample exits
     with pytest.raises(AssertionError, match=r"exit: only True was taken over 4 inputs"):
         assert_branches_covered(run, images, decisions=lambda y: {"exit": y.exited})
+
+
+def test_assert_pure_catches_assignment_into_the_callers_dict() -> None:
+    def reassign(params: dict[str, Tensor]) -> Tensor:
+        params["w"] = params["w"] * 2
+        return params["w"]
+
+    def add_entry(params: dict[str, Tensor]) -> Tensor:
+        params["cache"] = params["w"].sum()
+        return params["w"]
+
+    with pytest.raises(AssertionError, match=r"replaced args\[0\]\['w'\] with another tensor"):
+        assert_pure(reassign, {"w": torch.ones(2)})
+    with pytest.raises(AssertionError, match=r"added \[\"args\[0\]\['cache'\]\"\]"):
+        assert_pure(add_entry, {"w": torch.ones(2)})

@@ -70,7 +70,8 @@ def assert_pure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     1. no global random generator is used (torch's CPU and CUDA generators, Python's
        ``random``, NumPy's legacy global state): randomness must come from a ``key`` argument;
     2. no argument is mutated: every tensor in ``args``/``kwargs`` (nested in dicts, lists and
-       tuples too) keeps its values and its in-place version counter;
+       tuples too) keeps its values and its in-place version counter, and no dict or list
+       gains, loses or reassigns an entry;
     3. the same arguments give the same output: a second call is compared bitwise.
 
     Example::
@@ -86,6 +87,7 @@ def assert_pure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         for path, t in leaves_with_paths(inputs)
         if isinstance(t, Tensor)
     ]
+    paths_before = [path for path, _ in leaves_with_paths(inputs)]
     rng_before = _rng_states()
     first = fn(*args, **kwargs)
     changed = _rng_changed(rng_before, _rng_states())
@@ -94,9 +96,16 @@ def assert_pure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
               "Draw randomness from an explicit key: funcgraph.random.normal(key, shape), "
               "with the key passed as an argument.")
     mutated = []
+    now = dict(leaves_with_paths(inputs))
+    if list(now) != paths_before:
+        added = [_argument_name(p) for p in now if p not in paths_before]
+        removed = [_argument_name(p) for p in paths_before if p not in now]
+        mutated.append(f"fn changed the arguments' containers (added {added}, removed {removed})")
     for path, t, version, old in snapshot:
         where = _argument_name(path)
-        if not same_values(t.detach(), old):
+        if path in now and now[path] is not t:
+            mutated.append(f"fn replaced {where} with another tensor (assigned into a container)")
+        elif not same_values(t.detach(), old):
             mutated.append(f"fn mutated {where} in place (values changed)")
         elif t._version != version:
             mutated.append(f"fn mutated {where} in place (in-place op, values unchanged)")
