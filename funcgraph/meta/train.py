@@ -9,6 +9,7 @@ the best checkpoint on held-out tasks. Step ``s`` draws its tasks with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -215,15 +216,18 @@ def meta_train(
             tasks = tasks.pick(slice(mine.start, mine.stop))
         grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"], tasks.to(dev),
                                               strategy=strategy)
+        comm: dict[str, float] = {}
         if env.active:
+            started = time.perf_counter()
             grads = distributed.all_reduce_mean(
                 {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
             loss, metric = grads.pop("loss."), grads.pop("metric.")
+            comm["comm_s"] = time.perf_counter() - started
         params, opt = optimizer.update(groups["params"], grads, groups["opt"])
         if env.active and (step + 1) % sync_every == 0:
             distributed.assert_in_sync(params, env, step + 1)
         return {"params": params, "opt": opt}, {
-            "loss": float(loss), learner.objective.metric_name: float(metric)}
+            "loss": float(loss), learner.objective.metric_name: float(metric), **comm}
 
     if strategy is None:
         strategy = resolve_strategy(cfg.strategy, dev,
