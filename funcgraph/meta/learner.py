@@ -128,6 +128,54 @@ class MetaLearner:
     hparams: dict[str, Any] = field(default_factory=dict)
 
 
+def transformed() -> bool:
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``...)."""
+    return torch._C._functorch.maybe_current_level() is not None
+
+
+def grad_of(
+    fn: Callable[[Params], Tensor], params: Params, *, create_graph: bool = False
+) -> Params:
+    """``d fn / d params``, by ``torch.func.grad`` inside a transform, else plain autograd.
+
+    Both give the same numbers; outside transforms (the loop strategy) plain
+    ``torch.autograd.grad`` avoids the per-op cost of functorch's wrappers, which made a looped
+    MAML step about 1.4x slower than the clone-and-adapt baseline. ``create_graph`` keeps the
+    result differentiable (second order); inside a transform that is automatic and
+    ``create_graph=False`` detaches the result instead.
+    """
+    if transformed():
+        grads = torch.func.grad(fn)(params)
+        return grads if create_graph else {n: g.detach() for n, g in grads.items()}
+    leaves = {n: p if p.requires_grad else p.detach().requires_grad_() for n, p in params.items()}
+    with torch.enable_grad():
+        out = fn(leaves)
+        grads = torch.autograd.grad(out, list(leaves.values()), create_graph=create_graph,
+                                    allow_unused=True)
+    return {n: torch.zeros_like(p) if g is None else g
+            for (n, p), g in zip(leaves.items(), grads, strict=True)}
+
+
+def task_grad_of(fn: Callable[[Params, Task], tuple[Tensor, Tensor]]) -> TaskGradFn:
+    """A :data:`TaskGradFn` from a differentiable ``fn(meta_params, task) -> (loss, metric)``."""
+
+    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        out: dict[str, Tensor] = {}
+
+        def loss_only(p: Params) -> Tensor:
+            loss, metric = fn(p, task)
+            out["loss"], out["metric"] = loss.detach(), metric.detach()
+            return loss
+
+        if transformed():
+            grads, (loss, metric) = torch.func.grad_and_value(fn, has_aux=True)(meta_params, task)
+            return grads, loss.detach(), metric
+        grads = grad_of(loss_only, {n: p.detach() for n, p in meta_params.items()})
+        return grads, out["loss"], out["metric"]
+
+    return task_grad
+
+
 def model_params(meta_params: Params) -> Params:
     """The model's own params in ``meta_params`` (drops Meta-SGD's learned learning rates)."""
     return {n: p for n, p in meta_params.items() if not n.startswith(LR_PREFIX)}
@@ -143,6 +191,9 @@ __all__ = [
     "TaskEvalFn",
     "TaskGradFn",
     "accuracy",
+    "grad_of",
     "model_params",
     "objective",
+    "task_grad_of",
+    "transformed",
 ]

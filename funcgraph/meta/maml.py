@@ -13,8 +13,9 @@ One inner loop serves all four (Finn et al. 2017; Li et al. 2017; Raghu et al. 2
   meta-params), meta-trained with the weights.
 * ANIL adapts only the parameters under a prefix (the ``"head"``) in the inner loop.
 
-The inner gradient is ``torch.func.grad``, so the task loss is a composable function: an outer
-``torch.func.grad`` gives the meta-gradient and ``vmap`` maps it over tasks.
+The inner gradient is ``torch.func.grad`` inside transforms (so an outer ``torch.func.grad``
+gives the meta-gradient and ``vmap`` maps it over tasks) and plain autograd with
+``create_graph`` outside them (the loop strategy): same numbers, less overhead.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from .learner import (
     MetaLearner,
     Objective,
     Task,
+    grad_of,
     model_params,
     objective,
+    task_grad_of,
 )
 
 
@@ -94,9 +97,7 @@ def adapt(
         return loss(apply({**frozen, **f}, x), y)
 
     for _ in range(inner.steps):
-        grads = torch.func.grad(support_loss)(fast)
-        if inner.first_order:
-            grads = {n: g.detach() for n, g in grads.items()}
+        grads = grad_of(support_loss, fast, create_graph=not inner.first_order)
         fast = {
             n: p - (lrs[n] if lrs is not None else inner.lr) * grads[n] for n, p in fast.items()
         }
@@ -164,11 +165,7 @@ def maml(
     def loss_fn(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
         return task_loss(apply, meta_params, task, objective=obj, inner=train_inner)
 
-    grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
-
-    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
-        grads, (loss, metric) = grad_fn(meta_params, task)
-        return grads, loss.detach(), metric
+    task_grad = task_grad_of(loss_fn)
 
     def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
         loss, metric = task_loss(apply, meta_params, task, objective=obj, inner=eval_inner)

@@ -8,12 +8,11 @@ is computing the prototypes.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from ..params import Params
-from .learner import ApplyFn, MetaLearner, Task, accuracy, objective
+from .learner import ApplyFn, MetaLearner, Task, accuracy, objective, task_grad_of
 
 
 def prototypes(support: Tensor, labels: Tensor, ways: int) -> Tensor:
@@ -41,11 +40,7 @@ def protonet(embed: ApplyFn, *, ways: int) -> MetaLearner:
         logits = protonet_logits(embed, params, task, ways)
         return F.cross_entropy(logits, task.query_y), accuracy(logits, task.query_y)
 
-    grad_fn = torch.func.grad_and_value(loss_fn, has_aux=True)
-
-    def task_grad(params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
-        grads, (loss, acc) = grad_fn(params, task)
-        return grads, loss.detach(), acc
+    task_grad = task_grad_of(loss_fn)
 
     def task_eval(params: Params, task: Task) -> tuple[Tensor, Tensor]:
         loss, acc = loss_fn(params, task)
