@@ -8,11 +8,11 @@ ratio of **mean** step times (medians are printed beside it). Both wall-clock an
 time are measured; on a shared machine (other jobs competing for the cores) CPU time is the
 figure to trust, and with ``--threads 1`` it is the work done.
 
-Expected saving: the CPU time of one block's forward+backward is measured per stage, and
-``sum_l drop_prob_l * cost_l / step_time`` is what skipping bodies can save at best. On a CPU
-the first stage's blocks (largest activations) cost about 3x the others, and linear decay
-drops mostly the late, cheap blocks, so the best case is below the ~25% the paper reports on a
-GPU, where every block costs about the same.
+Estimated saving: the CPU time of one block's forward+backward is measured per stage (in
+isolation), and ``sum_l drop_prob_l * cost_l / step_time`` estimates what skipping bodies can
+save. On a CPU the first stage's blocks (largest activations) cost more than the others and
+linear decay drops mostly the late blocks, so the estimate is below the ~25% the paper reports
+on a GPU, where every block costs about the same.
 
 Accuracy: ``--accuracy-steps N`` also trains both variants for N steps on the embedded glyph
 classification set and reports validation accuracy (short runs: the number of steps is printed).
@@ -160,9 +160,9 @@ def main(argv: list[str] | None = None) -> None:
         probs = linear_decay(3 * n, args.final_drop_prob)
         best = sum(p * costs[i // n] for i, p in enumerate(probs)) / base["cpu_mean_s"]
         print("block fwd+bwd CPU ms by stage: " + ", ".join(f"{1e3 * c:.1f}" for c in costs)
-              + f"; best possible saving with these costs: {best:.1%}")
+              + f"; saving estimated from these costs: {best:.1%}")
         record.update(time=t, epoch_time_saving=saving, epoch_cpu_saving=cpu_saving,
-                      steps=args.steps, block_cpu_s=costs, best_possible_saving=best)
+                      steps=args.steps, block_cpu_s=costs, estimated_saving=best)
     if args.accuracy_steps > 0:
         acc = accuracy_cost(args)
         print(f"validation accuracy after {args.accuracy_steps} steps of batch {args.batch_size} "
