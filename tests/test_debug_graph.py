@@ -82,8 +82,11 @@ def branchy(kind: str) -> funcgraph.Model:
         h = run("fc", x)
         pred = h.sum() > 0
         a, b = (lambda h: run("head_a", h)), (lambda h: run("head_b", h).tanh())
-        if kind == "torch":
-            return torch.cond(pred, a, b, (h,))
+        if kind == "torch":  # torch.cond branches may not call run() (a side effect): use params
+            p = run.params
+            return torch.cond(pred, lambda h: F.linear(h, p["head_a.weight"], p["head_a.bias"]),
+                              lambda h: F.linear(h, p["head_b.weight"], p["head_b.bias"]).tanh(),
+                              (h,))
         if kind == "funcgraph":
             return fg_cond(pred, a, b, h)
         return a(h) if pred else b(h)

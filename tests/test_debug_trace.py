@@ -120,6 +120,9 @@ def test_trace_follows_cond_into_the_branch_taken() -> None:
     assert pos.names()[-2:] == ["cond[true]", "aten.sin"]
     assert neg.names()[-3:] == ["cond[false]", "aten.cos", "aten.mul"]
     torch.testing.assert_close(neg.output, torch.ones(3).cos() * 2)
+    # Regression: tracing a cond once must not break torch.cond afterwards (dynamo used to mark
+    # torch's cond wrapper as never-compile when it met our mode).
+    torch.testing.assert_close(g(-torch.ones(3)), torch.ones(3).cos() * 2)
 
 
 def test_trace_rejects_unknown_level() -> None:

@@ -170,6 +170,13 @@ class OpMode(TorchDispatchMode):
 
     supports_higher_order_operators = True
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        # Eager torch.cond compiles its body with dynamo. Under a mode that dynamo does not
+        # ignore, it skips that frame and marks torch's wrapper code as never-compile, which
+        # breaks every later torch.cond and torch.export of a cond in the process.
+        return True
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:
