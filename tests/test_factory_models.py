@@ -30,28 +30,50 @@ def _tokens() -> tuple[torch.Tensor, torch.Tensor]:
     return tokens * mask, mask
 
 
-# (config, overrides, code constructor, its kwargs, input, same init from the same key)
-Case = tuple[str, dict[str, str], tuple[str, str], dict[str, Any], Callable[[], Any], bool]
+DARTS_V2 = {  # Liu et al. 2019, written out again here so the shipped config is checked
+    "normal": [["sep_conv_3x3", 0], ["sep_conv_3x3", 1], ["sep_conv_3x3", 0], ["sep_conv_3x3", 1],
+               ["sep_conv_3x3", 1], ["skip_connect", 0], ["skip_connect", 0], ["dil_conv_3x3", 2]],
+    "normal_concat": [2, 3, 4, 5],
+    "reduce": [["max_pool_3x3", 0], ["max_pool_3x3", 1], ["skip_connect", 2], ["max_pool_3x3", 1],
+               ["max_pool_3x3", 0], ["skip_connect", 2], ["skip_connect", 2], ["max_pool_3x3", 1]],
+    "reduce_concat": [2, 3, 4, 5],
+}
+
+def _darts_v2(**kwargs: Any) -> Model:
+    nas = pytest.importorskip("funcgraph.nas")
+    return nas.network_from_genotype(nas.Genotype.from_dict(DARTS_V2), **kwargs)
+
+
+# (config, overrides, the model built in code, an input, same init from the same key)
+Case = tuple[str, dict[str, str], Callable[[], Model], Callable[[], Any], bool]
 CASES: list[Case] = [
-    ("conv4", {"hidden": "8", "image_size": "12"}, ("funcgraph.models.conv4", "conv4"),
-     {"ways": 5, "hidden": 8, "image_size": 12}, lambda: _images(1, 12), True),
+    ("conv4", {"hidden": "8", "image_size": "12"},
+     lambda: _code("funcgraph.models.conv4", "conv4")(5, hidden=8, image_size=12),
+     lambda: _images(1, 12), True),
     ("conv4", {"variant": "pool", "hidden": "4", "image_size": "16", "ways": "3"},
-     ("funcgraph.models.conv4", "conv4"),
-     {"ways": 3, "hidden": 4, "image_size": 16, "variant": "pool"}, lambda: _images(1, 16), True),
-    ("conv4_layers", {"hidden": "8", "image_size": "12"}, ("funcgraph.models.conv4", "conv4"),
-     {"ways": 5, "hidden": 8, "image_size": 12}, lambda: _images(1, 12), False),
-    ("mlp", {"hidden": "[7, 5]"}, ("funcgraph.models.mlp", "mlp"), {"hidden": (7, 5)},
+     lambda: _code("funcgraph.models.conv4", "conv4")(3, hidden=4, image_size=16,
+                                                      variant="pool"),
+     lambda: _images(1, 16), True),
+    ("conv4_layers", {"hidden": "8", "image_size": "12"},
+     lambda: _code("funcgraph.models.conv4", "conv4")(5, hidden=8, image_size=12),
+     lambda: _images(1, 12), False),
+    ("mlp", {"hidden": "[7, 5]"}, lambda: _code("funcgraph.models.mlp", "mlp")(hidden=(7, 5)),
      lambda: random.normal(random.key(9), (4, 1)), True),
-    ("mlp_layers", {}, ("funcgraph.models.mlp", "mlp"), {},
+    ("mlp_layers", {}, lambda: _code("funcgraph.models.mlp", "mlp")(),
      lambda: random.normal(random.key(9), (4, 1)), False),
     ("resnet", {"depth": "8", "width": "4", "image_size": "8"},
-     ("funcgraph.models.resnet", "resnet"), {"depth": 8, "width": 4},
+     lambda: _code("funcgraph.models.resnet", "resnet")(8, width=4),
      lambda: _images(3, 8), True),
     ("early_exit_cnn", {"width": "4", "image_size": "8"},
-     ("funcgraph.models.early_exit", "early_exit_cnn"), {"width": 4},
+     lambda: _code("funcgraph.models.early_exit", "early_exit_cnn")(width=4),
      lambda: _images(1, 8), True),
+    ("darts_search", {"C": "2", "layers": "3", "image_size": "8", "num_classes": "3"},
+     lambda: _code("funcgraph.nas", "search_network")(2, 3, 3),
+     lambda: _images(1, 8), True),
+    ("darts_network", {"C": "2", "layers": "3", "image_size": "8", "num_classes": "3"},
+     lambda: _darts_v2(C=2, layers=3, num_classes=3), lambda: _images(1, 8), True),
     ("rnn_classifier", {"hidden_size": "8", "embed_dim": "4", "seq_len": "6"},
-     ("funcgraph.models.rnn", "rnn_classifier"), {"hidden_size": 8, "embed_dim": 4},
+     lambda: _code("funcgraph.models.rnn", "rnn_classifier")(hidden_size=8, embed_dim=4),
      _tokens, True),
 ]
 
@@ -65,12 +87,12 @@ def _assert_same(a: Any, b: Any, what: str) -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=what)
 
 
-@pytest.mark.parametrize(("name", "overrides", "code", "kwargs", "make_input", "same_init"),
+@pytest.mark.parametrize(("name", "overrides", "code", "make_input", "same_init"),
                          CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_shipped_config_equals_code_model(name: str, overrides: dict[str, str],
-                                          code: tuple[str, str], kwargs: dict[str, Any],
+                                          code: Callable[[], Model],
                                           make_input: Callable[[], Any], same_init: bool) -> None:
-    reference = _code(*code)(**kwargs)
+    reference = code()
     model = load_model(name, overrides)
     p_ref, s_ref = reference.init(random.key(3))
     p_cfg, s_cfg = model.init(random.key(3))

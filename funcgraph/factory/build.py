@@ -29,7 +29,7 @@ import torch
 from .. import nn
 from ..errors import ConfigError
 from ..model import Model
-from ..params import Params, State
+from ..params import Params, State, add_prefix
 from .config import (
     TOP_KEYS,
     Variables,
@@ -118,7 +118,9 @@ class _Builder:
         self.shapes: dict[str, Any] = {}
 
     # -- one layer ------------------------------------------------------------------------
-    def node(self, spec: Any, path: str, module: str, x: Any, depth: int) -> tuple[Model, Any]:
+    def node(self, spec: Any, path: str, module: str, x: Any,
+             depth: int) -> tuple[Model, Any, Params]:
+        """Build one layer: ``(model, output on meta, params on meta)``."""
         if isinstance(spec, str):
             spec = {"type": spec}
         if not isinstance(spec, dict):
@@ -153,7 +155,7 @@ class _Builder:
         y = self.output(layer, model, kwargs, outputs, x, path, meta)
         self.rows[row] = LayerRow(module, kind, depth, shape_of(y), _count(meta_params), path)
         self.shapes[module] = shape_of(y)
-        return model, y
+        return model, y, meta_params
 
     def params(self, layer: LayerType, raw: Any, path: str, x: Any) -> dict[str, Any]:
         """Resolve references, fill inferable params from the input shape, check types."""
@@ -194,29 +196,34 @@ class _Builder:
             return None, None
         prefix = _join(module, slot.name) if slot.prefix else module
         if slot.kind == "chain":
-            return self.chain(value, path, prefix, x, depth + 1, name=slot.name)
+            model, y, _ = self.chain(value, path, prefix, x, depth + 1, name=slot.name)
+            return model, y
         if not isinstance(value, list) or not value:
             raise error(path, f"expected a non-empty list of branches, got {describe(value)}")
         branches: dict[str, Model] = {}
         outs = []
         for i, item in enumerate(value):
             name = self.child_name(item, i, at(path, i), branches)
-            branches[name], y = self.node(item, at(path, i), _join(prefix, name), x, depth + 1)
+            branches[name], y, _ = self.node(item, at(path, i), _join(prefix, name), x,
+                                             depth + 1)
             outs.append(y)
         return branches, outs
 
     def chain(self, value: Any, path: str, module: str, x: Any, depth: int,
-              name: str) -> tuple[Model, Any]:
+              name: str) -> tuple[Model, Any, Params]:
         """One layer (a mapping) or a list of layers run in order (a ``serial``)."""
         if not isinstance(value, list):
             return self.node(value, path, module, x, depth)
         if not value:
             raise error(path, "expected at least one layer, got an empty list")
         children: dict[str, Model] = {}
+        params: Params = {}  # a serial has no params of its own: its children's, prefixed
         for i, item in enumerate(value):
             child = self.child_name(item, i, at(path, i), children)
-            children[child], x = self.node(item, at(path, i), _join(module, child), x, depth)
-        return nn.serial(children, name=name), x
+            children[child], x, child_params = self.node(item, at(path, i), _join(module, child),
+                                                         x, depth)
+            params.update(add_prefix(child_params, child))
+        return nn.serial(children, name=name), x, params
 
     def child_name(self, item: Any, index: int, path: str, taken: Mapping[str, Any]) -> str:
         name = item.get("name", str(index)) if isinstance(item, dict) else str(index)
@@ -260,16 +267,19 @@ class _Builder:
             message = self.guarded(lambda: check(x, outputs, kwargs), path, f"{layer.name} check")
             if message:
                 raise error(path, message)
-        try:
-            with torch.device("meta"):
-                y, _ = model.apply(meta[0], meta[1], x)
-            return y
-        except Exception as e:
-            if layer.shape_rule is None:
-                raise error(path, f"{layer.name} cannot take input of shape "
-                                  f"{fmt_shape(shape_of(x))}: {_first_line(e, layer.name)}"
-                            ) from None
         rule = layer.shape_rule
+        if layer.meta_run:
+            try:
+                with torch.device("meta"):
+                    y, _ = model.apply(meta[0], meta[1], x)
+                return y
+            except Exception as e:  # no meta kernel, data-dependent code, or a real mismatch
+                if rule is None:
+                    raise error(path, f"{layer.name} cannot take input of shape "
+                                      f"{fmt_shape(shape_of(x))}: {_first_line(e, layer.name)}"
+                                ) from None
+        if rule is None:  # registry.add guarantees a rule when meta_run is False
+            raise error(path, f"{layer.name}: registered without a way to infer its output shape")
         out_shape = self.guarded(lambda: rule(shape_of(x), **kwargs), path,
                                  f"{layer.name} shape rule")
         return torch.empty(tuple(out_shape), device="meta")
@@ -326,10 +336,9 @@ def build(
     if "layers" in config:
         if not isinstance(config["layers"], list):
             raise error("layers", f"expected a list of layers, got {describe(config['layers'])}")
-        model, y = builder.chain(config["layers"], "layers", "", x, 0, name=name)
+        model, y, params = builder.chain(config["layers"], "layers", "", x, 0, name=name)
     else:
-        model, y = builder.node(config["model"], "model", "", x, 0)
-    params, _ = meta_init(model)
+        model, y, params = builder.node(config["model"], "model", "", x, 0)
     if "init" in config:
         model = with_init(model, variables.resolve(config["init"], "init"), "init", params)
     model = dataclasses.replace(model, meta={**model.meta, "config": config,

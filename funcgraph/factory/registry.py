@@ -71,6 +71,7 @@ class LayerType:
     check: Check | None = None
     schema: Callable[..., Any] | None = None
     hidden: tuple[str, ...] = ()
+    meta_run: bool = True
     doc: str = ""
 
     @property
@@ -97,6 +98,8 @@ class Registry:
         """Register ``layer``; a name already taken raises ValueError unless replacing."""
         if not isinstance(layer.name, str) or not layer.name or layer.name != layer.name.strip():
             raise ValueError(f"register_layer: name must be a non-empty string, got {layer.name!r}")
+        if not layer.meta_run and layer.shape_rule is None:
+            raise ValueError(f"register_layer({layer.name!r}): meta_run=False needs a shape_rule")
         if not replace_existing and (layer.name in self._types or layer.name in self._lazy):
             raise ValueError(
                 f"register_layer: {layer.name!r} is already registered; pick another name "
@@ -175,6 +178,7 @@ def register_layer(
     shape_rule: ShapeRule | None = None,
     check: Check | None = None,
     schema: Callable[..., Any] | None = None,
+    meta_run: bool = True,
     replace: bool = False,
     registry: Registry = REGISTRY,
 ) -> Any:
@@ -196,12 +200,14 @@ def register_layer(
         check: ``(x, slot_outputs, params) -> message | None`` to name a shape mismatch
             between children before running the block.
         schema: a function whose signature describes the params, when ``fn`` takes ``**kw``.
+        meta_run: ``False`` skips the meta-tensor run and takes the output shape from
+            ``shape_rule`` (for big models whose thousands of ops make the meta run slow).
         replace: allow replacing an existing entry.
     """
 
     def decorate(f: Callable[..., Model]) -> Callable[..., Model]:
         layer = LayerType(name, f, dict(infer or {}), tuple(slots), tuple(positive), shape_rule,
-                          check, schema)
+                          check, schema, meta_run=meta_run)
         registry.add(layer, replace_existing=replace)
         return f
 
@@ -351,6 +357,16 @@ REGISTRY.add_lazy("rnn_classifier", "funcgraph.models.rnn:rnn_classifier",
 REGISTRY.add_lazy("sequence_encoder", "funcgraph.models.rnn:sequence_encoder",
                   positive=("vocab_size", "embed_dim", "hidden_size", "num_layers"),
                   shape_rule=_classes_rule(64, "hidden_size"))
+# The DARTS networks run thousands of small ops: on meta tensors that takes tens of seconds,
+# so their output shape comes from the rule (inputs must have H, W divisible by 4).
+REGISTRY.add_lazy("darts_search", "funcgraph.nas.cell:search_network",
+                  infer={"in_channels": channel_dim},
+                  positive=("c", "layers", "num_classes", "in_channels", "steps", "multiplier"),
+                  shape_rule=_classes_rule(10), meta_run=False)
+REGISTRY.add_lazy("darts_network", "funcgraph.factory.adapters:darts_network",
+                  infer={"in_channels": channel_dim},
+                  positive=("C", "layers", "num_classes", "in_channels", "stem_multiplier"),
+                  shape_rule=_classes_rule(10), meta_run=False)
 
 
 def describe_params(layer: LayerType) -> str:
