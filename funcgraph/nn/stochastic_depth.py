@@ -161,13 +161,14 @@ def stochastic_depth(
                 )
             keep_prob = survival(run)
             if mode == "row":
-                keep = random.uniform(run.own_key, (x.shape[0],)) < keep_prob  # (B,)
+                u = random.uniform(run.own_key, (x.shape[0],)).to(x.device)
+                keep = u < keep_prob  # (B,)
                 branch = run("body", x)
                 scale = keep.to(branch.dtype).reshape(-1, *([1] * (branch.dim() - 1)))
                 out = skip + branch * scale / keep_prob
                 ran = keep.to(torch.float32).mean()
             else:
-                keep = random.uniform(run.own_key, ()) < keep_prob  # ()
+                keep = random.uniform(run.own_key, ()).to(x.device) < keep_prob  # ()
                 out = _batch_draw(run, x, skip, keep, keep_prob)
                 ran = keep.to(torch.float32)
         run.new_state[RAN] = ran
