@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,7 +136,8 @@ def nan_at_log(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.log(h - 2.0).sum()  # LOG LINE: negative values -> NaN
 
 
-LOG_LINE = next(i for i, line in enumerate(open(__file__), 1) if "# LOG LINE" in line)
+LOG_LINE = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if "# LOG LINE" in line)
 
 
 @pytest.mark.parametrize("how", ["eager", "grad", "vmap", "vmap_grad"])
