@@ -70,25 +70,31 @@ def mlp_case(batch: int) -> Case:
     return Case("mlp", model, module, x, lambda y: y.square().mean())
 
 
-def conv4_case(batch: int) -> Case:
-    """The MAML conv4 (pool variant) on 28x28 images: 4 x [conv3x3(64), BN, ReLU, maxpool2]."""
+def conv4_case(batch: int, *, norm: bool = True) -> Case:
+    """The MAML conv4 (pool variant) on 28x28 images: 4 x [conv3x3(64), BN, ReLU, maxpool2].
+
+    ``norm=False`` (the ``conv4-nobn`` case) drops the batch norms, to separate their cost
+    from that of everything else.
+    """
 
     def block(c_in: int) -> fg.Model:
-        return fg.nn.serial({"conv": fg.nn.conv2d(c_in, 64, 3, padding=1),
-                             "norm": fg.nn.batch_norm(64), "relu": fg.nn.relu(),
-                             "pool": fg.nn.max_pool2d(2)})
+        layers = {"conv": fg.nn.conv2d(c_in, 64, 3, padding=1)}
+        layers.update({"norm": fg.nn.batch_norm(64)} if norm else {})
+        return fg.nn.serial({**layers, "relu": fg.nn.relu(), "pool": fg.nn.max_pool2d(2)})
 
     def module_block(c_in: int) -> nn.Module:
-        return nn.Sequential(OrderedDict(conv=nn.Conv2d(c_in, 64, 3, padding=1),
-                                         norm=nn.BatchNorm2d(64), relu=nn.ReLU(),
-                                         pool=nn.MaxPool2d(2)))
+        layers: OrderedDict[str, nn.Module] = OrderedDict(conv=nn.Conv2d(c_in, 64, 3, padding=1))
+        layers.update({"norm": nn.BatchNorm2d(64)} if norm else {})
+        layers.update(relu=nn.ReLU(), pool=nn.MaxPool2d(2))
+        return nn.Sequential(layers)
 
     model = fg.nn.serial(block(1), block(64), block(64), block(64), fg.nn.flatten(),
                          fg.nn.linear(64, 5))
     module = nn.Sequential(module_block(1), module_block(64), module_block(64), module_block(64),
                            nn.Flatten(), nn.Linear(64, 5))
     x = random.normal(random.key(2), (batch, 1, 28, 28))
-    return Case("conv4", model, module, x, lambda y: y.square().mean())
+    return Case("conv4" if norm else "conv4-nobn", model, module, x,
+                lambda y: y.square().mean())
 
 
 def bn_case(batch: int) -> Case:
@@ -211,7 +217,7 @@ def time_interleaved(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,conv4,bn,lstm",
-                        help="comma-separated subset of mlp, conv4, bn, lstm")
+                        help="comma-separated subset of mlp, conv4, conv4-nobn, bn, lstm")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--sample-ms", type=float, default=20.0,
@@ -224,7 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    builders = {"mlp": mlp_case, "conv4": conv4_case, "bn": bn_case, "lstm": lstm_case}
+    builders: dict[str, Callable[[int], Case]] = {
+        "mlp": mlp_case, "conv4": conv4_case, "conv4-nobn": lambda b: conv4_case(b, norm=False),
+        "bn": bn_case, "lstm": lstm_case,
+    }
     rows = []
     for name in args.models.split(","):
         case = builders[name](args.batch)
@@ -243,10 +252,10 @@ def main(argv: list[str] | None = None) -> None:
                              "rounds": args.rounds, "sample_ms": args.sample_ms,
                              "threads": args.threads, "clock": args.clock,
                              "torch": torch.__version__})
-    print(f"{'model':<6} {'mode':<17} {'variant':<20} {'median ms':>10} {'IQR ms':>8} "
+    print(f"{'model':<10} {'mode':<17} {'variant':<20} {'median ms':>10} {'IQR ms':>8} "
           f"{'vs module':>9}")
     for r in rows:
-        print(f"{r['model']:<6} {r['mode']:<17} {r['variant']:<20} {r['median_ms']:>10.3f} "
+        print(f"{r['model']:<10} {r['mode']:<17} {r['variant']:<20} {r['median_ms']:>10.3f} "
               f"{r['iqr_ms']:>8.3f} {r['ratio_vs_module']:>8.2f}x")
     for r in rows:
         print(json.dumps(r))
