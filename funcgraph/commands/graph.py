@@ -105,7 +105,7 @@ def graph(
 ) -> None:
     """Run a model once on a random input and show the graph that actually executed.
 
-    Ops are grouped by parameter prefix (layer1.0.conv1); with stochastic depth (--train) or
+    Ops are grouped by block (layer1.0.conv1); with stochastic depth (--train) or
     early exit, different --seed values show different paths.
 
     Example: funcgraph graph --model conv4 --set ways=5 --input-shape 1,1,28,28 --format mermaid
