@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,8 @@ from ..params import Params, State, partition
 from ..params import to as params_to
 from ..train import LoopConfig, Run, cosine_lr, run_loop
 from ..train.checkpoint import atomic_write
-from ..train.loop import Groups
-from .bilevel import BilevelConfig, arch_gradient, clip_grad_norm
+from ..train.loop import Groups, StepFn
+from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
 from .cell import arch_weights, edge_inputs, is_arch, search_network
 from .genotype import Genotype, derive_genotype
 from .ops import PRIMITIVES
@@ -115,7 +115,11 @@ class SearchConfig:
         return asdict(self)
 
 
-def _batches(data: SearchData, batch_size: int, seed: int) -> tuple[int, Any]:
+Batch = tuple[Tensor, Tensor]
+BatchFn = Callable[[int], tuple[Batch, Batch]]
+
+
+def _batches(data: SearchData, batch_size: int, seed: int) -> tuple[int, BatchFn]:
     """``steps_per_epoch`` and ``batch(step) -> (train_batch, val_batch)``, reshuffled every
     epoch from a key folded with the epoch number (so a resumed run sees the same batches)."""
     n_train, n_val = data.train_x.shape[0], data.val_x.shape[0]
@@ -125,7 +129,7 @@ def _batches(data: SearchData, batch_size: int, seed: int) -> tuple[int, Any]:
     per_epoch = n_train // batch_size
     root = random.fold_in(random.key(seed), 1)
 
-    def batch(step: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    def batch(step: int) -> tuple[Batch, Batch]:
         epoch, b = divmod(step, per_epoch)
         kt, kv = random.split(random.fold_in(root, epoch))
         ti = random.permutation(kt, n_train)[b * batch_size:(b + 1) * batch_size]
@@ -138,8 +142,8 @@ def _batches(data: SearchData, batch_size: int, seed: int) -> tuple[int, Any]:
     return per_epoch, batch
 
 
-def _loss(model: Model, state: State) -> Any:
-    def loss(weights: Params, arch: Params, batch: tuple[Tensor, Tensor]) -> Tensor:
+def _loss(model: Model, state: State) -> LossFn:
+    def loss(weights: Params, arch: Params, batch: Batch) -> Tensor:
         x, y = batch
         logits, _ = model.apply({**weights, **arch}, state, x, train=True)
         return F.cross_entropy(logits, y)
@@ -148,15 +152,15 @@ def _loss(model: Model, state: State) -> Any:
 
 
 def make_search_step(
-    model: Model, cfg: SearchConfig, batch: Any, total_steps: int
-) -> Any:
+    model: Model, cfg: SearchConfig, batch: BatchFn, total_steps: int
+) -> StepFn:
     """``step(step, groups) -> (groups, metrics)`` for :func:`run_loop`: an architecture step
     on the validation batch, then a weight step (gradient clipped) on the training batch.
     Groups: ``weights``, ``arch``, ``state`` (batch-norm statistics), ``opt_w``, ``opt_a``."""
     b = cfg.bilevel
     w_opt, a_opt = b.weight_optimizer(), b.arch_optimizer()
 
-    def step(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
+    def step(i: int, g: Groups) -> tuple[Groups, Mapping[str, float]]:
         lr = cosine_lr(b.w_lr, i, total_steps, min_lr=b.w_lr_min)
         train_batch, val_batch = batch(i)
         w, a, state = g["weights"], g["arch"], g["state"]
@@ -258,9 +262,8 @@ def run_search(
     total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
     if total < 1:
         raise ConfigError(f"search: need at least one step, got steps={total}")
-    config = {"command": "search", "data": data.name, "steps": total, "epochs": cfg.epochs,
-              **cfg.to_dict(), **(extra_config or {})}
-    config["steps"] = total
+    config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
+              "steps": total}
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"))
     data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                    val_x=data.val_x.to(device), val_y=data.val_y.to(device))
