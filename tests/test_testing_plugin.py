@@ -6,6 +6,7 @@ import subprocess
 import sys
 import zlib
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,3 +41,20 @@ def test_importing_the_plugin_and_assertions_needs_no_hypothesis() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_any_project_gets_the_fixtures_and_the_seed_option(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text(
+        "import zlib, torch\n"
+        "from funcgraph import random\n"
+        "def test_key(key, request):\n"
+        "    expected = random.fold_in(random.key(5), zlib.crc32(request.node.nodeid.encode()))\n"
+        "    assert torch.equal(key, expected)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--funcgraph-seed", "5",
+         str(tmp_path / "test_user.py")],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "funcgraph: key fixture root seed 5" in done.stdout
