@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from .params import Params, State
 from .random import Key
