@@ -4,7 +4,8 @@
 
     h      = block1(x)                          (B, width, H/2, W/2)
     pooled = mean over positions of h           (B, width)
-    early  = exit_head(pooled)                  (B, classes)   logits if the sample exits
+    early  = exit_head(h)                       (B, classes)   logits if the sample exits
+                                                               (4x4 average pool + linear)
     p      = sigmoid(decision(pooled))          (B,)           probability of continuing
     go     = p > threshold        (evaluation)  or  uniform(key) < p   (training)
     deep   = head(block2(h[go]))                (G, classes)   only the G continuing samples
@@ -81,7 +82,10 @@ def early_exit_cnn(
         raise ConfigError(f"early_exit_cnn: threshold must be in [0, 1], got {threshold!r}")
     children = {
         "block1": nn.serial(_conv_bn_relu(in_channels, width, stride=2)),
-        "exit_head": nn.linear(width, num_classes),
+        # A 4x4 pooled grid keeps where the strokes are; a global mean of one conv layer's
+        # features alone is near chance on 100 glyph classes.
+        "exit_head": nn.serial({"pool": nn.adaptive_avg_pool2d(4), "flatten": nn.flatten(),
+                                "fc": nn.linear(16 * width, num_classes)}),
         "decision": nn.linear(width, 1),
         "block2": nn.serial({
             "conv1": nn.serial(_conv_bn_relu(width, 2 * width)),
@@ -95,7 +99,7 @@ def early_exit_cnn(
     def forward(run: Children, x: Tensor) -> ExitOutput:
         h = run("block1", x)  # (B, width, H/2, W/2)
         pooled = h.mean(dim=(2, 3))  # (B, width)
-        early = run("exit_head", pooled)  # (B, classes)
+        early = run("exit_head", h)  # (B, classes)
         p = torch.sigmoid(run("decision", pooled).squeeze(-1))  # (B,)
         if run.train:
             if run.own_key is None:
