@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -26,7 +26,8 @@ from funcgraph.factory import (
     register_layer,
 )
 from funcgraph.factory.expr import ExprError, evaluate_in
-from funcgraph.factory.registry import LayerType, entry_points
+from funcgraph.factory.registry import LayerType, describe_params, entry_points
+from funcgraph.factory.values import coerce
 from funcgraph.model import Model
 
 MLP = {
@@ -438,3 +439,65 @@ def test_example_configs_build_init_and_run(path: Path) -> None:
     x = random.normal(random.key(1), built.input_shape)
     y, _ = built.model.apply(params, state, x)
     assert tuple(y.shape) == built.output_shape
+
+
+# --- extension points and value checking ---------------------------------------------------
+
+def test_user_block_with_a_slot() -> None:
+    from funcgraph.factory import Slot
+
+    @register_layer("custom.twice", slots=(Slot("body"),))
+    def twice(body: Model) -> Model:
+        """Apply ``body`` two times with the same params."""
+        return nn.composite("twice", {"body": body}, lambda run, x: run("body", run("body", x)))
+
+    try:
+        built = build({"input_shape": [2, 4], "layers": [{"type": "custom.twice", "body": [
+            {"type": "linear", "params": {"out_features": 4}}, "tanh"]}]})
+        params, state = built.model.init(random.key(0))
+        assert list(params) == ["0.body.0.weight", "0.body.0.bias"]
+        x = torch.ones(2, 4)
+        once = torch.tanh(x @ params["0.body.0.weight"].T + params["0.body.0.bias"])
+        expected = torch.tanh(once @ params["0.body.0.weight"].T + params["0.body.0.bias"])
+        torch.testing.assert_close(built.model.apply(params, state, x)[0], expected)
+        assert [r.module for r in built.rows] == ["0", "0.body.0", "0.body.1"]
+        message = raises_at("layers[0].body[0].params.out_features", {
+            "input_shape": [2, 4], "layers": [{"type": "custom.twice", "body": [
+                {"type": "linear", "params": {"out_features": "x"}}]}]})
+        assert "expected a positive int" in message
+    finally:
+        REGISTRY.remove("custom.twice")
+
+
+def test_meta_run_false_needs_a_shape_rule() -> None:
+    with pytest.raises(ValueError, match="needs a shape_rule"):
+        register_layer("custom.norule", nn.relu, meta_run=False)
+    assert "custom.norule" not in REGISTRY
+
+
+@pytest.mark.parametrize(("value", "hint", "expected"), [
+    ([3, 3], int | tuple[int, int], (3, 3)),
+    (3, int | tuple[int, int], 3),
+    (4.0, int, 4),
+    (2, float, 2.0),
+    ("float64", torch.dtype, torch.float64),
+    (None, int | None, None),
+    ("row", Literal["batch", "row"], "row"),
+    ([1, 2, 3], tuple[int, ...], (1, 2, 3)),
+])
+def test_coerce_accepts(value: Any, hint: Any, expected: Any) -> None:
+    assert coerce(value, hint, "p") == expected
+
+
+@pytest.mark.parametrize(("value", "hint"), [
+    (True, int), (4.5, int), ("3", int), ([3], tuple[int, int]), ("float33", torch.dtype),
+    ("col", Literal["batch", "row"]), ({"a": 1}, list[int]), (1, bool), (None, str),
+])
+def test_coerce_rejects_with_path(value: Any, hint: Any) -> None:
+    with pytest.raises(ConfigError, match=r"^p: expected "):
+        coerce(value, hint, "p")
+
+
+def test_describe_params_marks_inferred_required_optional_and_slots() -> None:
+    assert describe_params(REGISTRY.get("linear")) == "(in_features) out_features [bias dtype]"
+    assert describe_params(REGISTRY.get("residual")) == "| body [shortcut]"
