@@ -137,7 +137,7 @@ class Registry:
             module_name, _, attr = lazy.target.partition(":")
             try:
                 fn = getattr(importlib.import_module(module_name), attr)
-            except (ImportError, AttributeError) as e:
+            except Exception as e:  # absent, or broken in this installation: not a config bug
                 raise error(
                     path, f"layer type {name!r} needs {lazy.target}, which is not available: {e}"
                 ) from None
