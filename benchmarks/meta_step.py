@@ -67,17 +67,21 @@ def clone_module(module: nn.Module) -> nn.Module:
     """learn2learn's ``clone_module``: a shallow copy with graph-connected parameter clones."""
     clone = module.__new__(type(module))
     clone.__dict__ = module.__dict__.copy()
-    clone._parameters = {k: p.clone() for k, p in module._parameters.items() if p is not None}
+    clone._parameters = {k: p.clone() for k, p in module._parameters.items()  # type: ignore[misc]
+                         if p is not None}
     clone._modules = {k: clone_module(m) for k, m in module._modules.items() if m is not None}
     return clone
 
 
 def update_module(module: nn.Module, grads: dict[str, Tensor], lr: float, prefix: str = "") -> None:
     """learn2learn's ``update_module``: swap ``p - lr * g`` in for every parameter."""
-    for k, p in list(module._parameters.items()):
-        module._parameters[k] = p - lr * grads[prefix + k]
+    params: dict[str, Tensor | None] = module._parameters  # type: ignore[assignment]
+    for k, p in list(params.items()):
+        if p is not None:
+            params[k] = p - lr * grads[prefix + k]
     for name, child in module._modules.items():
-        update_module(child, grads, lr, f"{prefix}{name}.")
+        if child is not None:
+            update_module(child, grads, lr, f"{prefix}{name}.")
 
 
 def baseline_grads(module: nn.Module, tasks: Task, lr: float, steps: int) -> Params:

@@ -11,6 +11,7 @@ from funcgraph import bind, random
 from funcgraph.meta import (
     LR_PREFIX,
     STRATEGIES,
+    ApplyFn,
     Task,
     anil,
     fomaml,
@@ -35,14 +36,14 @@ def tiny_tasks(seed: int = 0, tasks: int = TASKS) -> Task:
     return Task(sx, sy, qx, qy)
 
 
-def tiny_model() -> tuple[object, Params]:
+def tiny_model() -> tuple[ApplyFn, Params]:
     model = conv4(WAYS, hidden=4, image_size=8, dtype=DT)
     params, state = model.init(random.key(1))
     return bind(model, state), params
 
 
 def reference_meta_grad(
-    apply: object,
+    apply: ApplyFn,
     meta_params: Params,
     tasks: Task,
     *,

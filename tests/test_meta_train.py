@@ -133,3 +133,15 @@ def test_sinusoid_meta_train_then_evaluate_from_the_run_directory(tmp_path: Path
 def test_evaluate_rejects_a_directory_without_a_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2 and "not a run directory" in result.output
+
+
+def test_sinusoid_example_runs_and_reports_mse() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "maml_sinusoid.py"
+    spec = importlib.util.spec_from_file_location("maml_sinusoid", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mse = module.main(["--steps", "2", "--meta-batch", "2", "--episodes", "3"])
+    assert mse > 0

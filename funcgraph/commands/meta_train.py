@@ -46,7 +46,7 @@ def meta_train(
     data_root: Annotated[Path | None, typer.Option(
         help="Omniglot folder holding images_background/ and images_evaluation/.")] = None,
     meta_batch: Annotated[int | None, typer.Option(min=1, help="Tasks per meta-step.")] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Meta-steps (default 2000).")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Meta-steps (default 500).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
         min=0, help="Inner SGD steps in meta-training.")] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(

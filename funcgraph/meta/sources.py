@@ -78,6 +78,10 @@ def task_sources(
         data_root: the Omniglot folder (``images_background/``, ``images_evaluation/``).
         rotate: augment the training classes with 90/180/270-degree rotations (MAML protocol).
     """
+    if dataset in ("glyphs", "omniglot"):
+        from ..data.tasks import TaskSpec
+
+        TaskSpec.parse(spec)  # a bad spec fails before any data is loaded
     if dataset == "glyphs":
         from ..data.glyphs import load_glyphs
 

