@@ -196,7 +196,8 @@ class _Builder:
             return None, None
         prefix = _join(module, slot.name) if slot.prefix else module
         if slot.kind == "chain":
-            model, y, _ = self.chain(value, path, prefix, x, depth + 1, name=slot.name)
+            model, y, _ = self.chain(value, path, prefix, x, depth + 1,
+                                     name=slot.name if slot.prefix else layer.name)
             return model, y
         if not isinstance(value, list) or not value:
             raise error(path, f"expected a non-empty list of branches, got {describe(value)}")
