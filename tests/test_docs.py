@@ -90,3 +90,13 @@ def test_every_page_in_the_mkdocs_nav_exists() -> None:
     assert "index.md" in nav
     missing = [page for page in nav if not (ROOT / "docs" / page).is_file()]
     assert not missing, f"mkdocs.yml names pages that do not exist: {missing}"
+
+
+def test_cli_reference_is_current() -> None:
+    from funcgraph.cli import app
+    from funcgraph.commands.docgen import render
+
+    current = (ROOT / "docs" / "cli.md").read_text()
+    assert current == render(app), (
+        "docs/cli.md is stale: regenerate it with `python -m funcgraph.commands.docgen`"
+    )
