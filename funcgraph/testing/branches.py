@@ -106,6 +106,7 @@ def assert_branches_covered(
     inputs: Iterable[Any],
     *,
     decisions: Callable[[Any], Mapping[str, Tensor | bool]] | None = None,
+    sites: Callable[[str], bool] | None = None,
 ) -> BranchRecord:
     """Run ``fn(x)`` for each input and check every decision went both ways.
 
@@ -115,8 +116,10 @@ def assert_branches_covered(
     that decide per sample without a Python branch, such as an early-exit model that gathers
     the continuing samples (``decisions=lambda y: {"exit": y.exited}``). The check fails when
     no decision was seen at all, or when some site saw only ``True`` or only ``False`` over
-    all inputs: that branch is untested. Pass several arguments through a lambda:
-    ``assert_branches_covered(lambda x: f(params, x), xs)``.
+    all inputs: that branch is untested. ``sites``, a predicate on the site string, limits
+    the check to the sites it accepts (for example, to leave out an input-validation
+    ``if (x < 0).any(): raise`` that should never fire). Pass several arguments through a
+    lambda: ``assert_branches_covered(lambda x: f(params, x), xs)``.
 
     Returns the :class:`BranchRecord`, whose ``taken[site][outcome]`` lists the indices of
     the inputs that went each way, for checking behaviour per branch.
@@ -146,6 +149,7 @@ def assert_branches_covered(
         f"{site}: only {outcome} was taken over {len(items)} inputs; "
         f"the {not outcome} branch never ran"
         for site, outcome in record.one_sided().items()
+        if sites is None or sites(site)
     ]
     if missing:
         raise AssertionError(
