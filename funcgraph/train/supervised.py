@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import random
+from .. import distributed, random
 from ..errors import ConfigError, DataError, ShapeError
 from ..model import Model
 from ..nn.stochastic_depth import ran_metrics
@@ -53,14 +53,20 @@ def classification_loss(y: Any, labels: Tensor) -> tuple[Tensor, dict[str, Tenso
 
 
 def train_step(
-    model: Model, optimizer: Optimizer, *, loss_fn: LossFn = classification_loss
+    model: Model,
+    optimizer: Optimizer,
+    *,
+    loss_fn: LossFn = classification_loss,
+    sync: Callable[[Params], Params] | None = None,
 ) -> StepFn:
     """The pure training step of ``model`` under ``optimizer``.
 
     Returns ``step(params, state, opt_state, batch, key, *, lr=None)`` giving
     ``(params, state, opt_state, metrics)``; ``metrics`` holds ``loss``, the ``loss_fn``'s
     metrics and, for stochastic-depth models, ``blocks_ran``. ``key`` is the only randomness
-    (derive it as ``fold_in(root, step)`` so runs resume bit-identically).
+    (derive it as ``fold_in(root, step)`` so runs resume bit-identically). ``sync``, when
+    given, averages the gradients and the floating state (batch-norm running statistics)
+    across data-parallel ranks before the update (:func:`funcgraph.distributed.all_reduce_mean`).
 
     Example::
 
@@ -80,6 +86,10 @@ def train_step(
              lr: float | None = None) -> tuple[Params, State, Params, dict[str, float]]:
         x, labels = batch
         grads, (loss, (new_state, metrics)) = grad_fn(params, state, x, labels, key)
+        if sync is not None:
+            grads = sync(grads)
+            floating = {n: t for n, t in new_state.items() if t.is_floating_point()}
+            new_state = {**new_state, **sync(floating)}
         kwargs = {} if lr is None else {"lr": lr}
         new_params, new_opt = optimizer.update(params, grads, opt_state, **kwargs)
         out = {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
@@ -363,12 +373,17 @@ def fit(
     device: str = "cpu",
     show_progress: bool = True,
     echo: Callable[[str], Any] = print,
+    env: distributed.DistEnv | None = None,
+    sync_every: int = 50,
 ) -> FitResult:
     """Train per ``cfg`` into the run directory ``out`` with :func:`run_loop`: progress,
     periodic validation (best checkpoint by accuracy), atomic checkpoints, metrics.jsonl,
     Ctrl-C saves, ``resume=True`` continues from the last checkpoint. Only ``steps`` may
     differ on resume; with the same ``steps`` the result is bit-identical to an uninterrupted
-    run (a new budget stretches the cosine learning-rate schedule from there on)."""
+    run (a new budget stretches the cosine learning-rate schedule from there on).
+    With a distributed ``env`` each rank trains on its slice of every batch, gradients and
+    batch-norm statistics are averaged over ranks, and rank 0 alone validates and writes (the
+    logged training metrics are rank 0's slice)."""
     from ..placement import resolve_device
 
     dev = resolve_device(device)
@@ -390,7 +405,12 @@ def fit(
     if outputs != num_classes:
         raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
                           "set the model's number of classes (e.g. --set num_classes=...)")
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
+    env = env or distributed.DistEnv()
+    if env.is_main:
+        run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
+    distributed.barrier(env)
+    if not env.is_main:
+        run = Run.open(out)
     optimizer = adam(cfg.lr)
     # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
     # step has the same names as this template (a resume checks names and shapes).
@@ -402,13 +422,24 @@ def fit(
         loaded, meta = run.load("last", expect=groups, device=str(dev))
         groups = {g: loaded[g] for g in groups}
         start, best = int(meta["step"]), meta.get("best_value")
-        run.truncate_metrics(start)
-    step = train_step(model, optimizer, loss_fn=loss_fn)
+        if env.is_main:
+            run.truncate_metrics(start)
+    sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
+    step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync)
+    mine = distributed.shard(cfg.batch_size, env)
+    own_rows = torch.arange(mine.start, mine.stop, device=dev)
 
     def step_fn(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
         k_batch, k_model = random.split(random.fold_in(k_train, i))
-        p, s, o, metrics = step(g["params"], g["state"], g["opt"], sample(k_batch, cfg.batch_size),
+        x, labels = sample(k_batch, cfg.batch_size)
+        if env.active:
+            # Every rank keeps the model key: a batch-mode stochastic-depth draw is one per
+            # global batch, so all ranks must drop the same blocks.
+            x, labels = _take(x, own_rows), labels[own_rows]
+        p, s, o, metrics = step(g["params"], g["state"], g["opt"], (x, labels),
                                 k_model, lr=cosine_lr(cfg.lr, i, cfg.steps))
+        if env.active and (i + 1) % sync_every == 0:
+            distributed.assert_in_sync(p, env, i + 1)
         return {"params": p, "state": s, "opt": o}, metrics
 
     def validate(i: int, g: Groups) -> dict[str, float]:
@@ -417,11 +448,14 @@ def fit(
     loop = LoopConfig(total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
                       validate_every=cfg.validate_every, best_metric="accuracy",
                       items_per_step=cfg.batch_size, item_name="examples",
-                      show_progress=show_progress, description=f"train {model.name}",
-                      meta={"device": dev.type})
+                      show_progress=show_progress and env.is_main, write=env.is_main,
+                      description=f"train {model.name}",
+                      meta={"device": dev.type, "world_size": env.world_size})
     if start < cfg.steps:
-        groups = run_loop(run, groups, step_fn, loop, start_step=start, validate=validate,
-                          best_value=best)
+        groups = run_loop(run, groups, step_fn, loop, start_step=start,
+                          validate=validate if env.is_main else None, best_value=best)
+    if not env.is_main:
+        return FitResult(run, groups["params"], groups["state"], {})
     final = validate(cfg.steps, groups)
     run.log({"kind": "final", "step": cfg.steps, **final})
     echo(f"validation after {cfg.steps} steps: " + "  ".join(f"{k} {v:.4f}"
