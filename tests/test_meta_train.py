@@ -26,7 +26,7 @@ def synthetic_sampler(tag: int, interrupt_at: int | None = None) -> object:
     calls = {"n": 0}
 
     def sample(key: torch.Tensor, n: int) -> Task:
-        calls["n"] += 1
+        calls["n"] += n > 1  # meta-batches only (one-task probes of the task size don't count)
         if interrupt_at is not None and calls["n"] == interrupt_at:
             raise KeyboardInterrupt
         k = random.split(random.fold_in(key, tag), 2)

@@ -21,8 +21,10 @@ from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, task_loss
 from .protonet import protonet, protonet_logits, prototypes, squared_distances
 from .reptile import reptile
 from .strategy import (
+    CPU_VMAP_MAX_EXAMPLES,
     DEFAULT_STRATEGY,
     STRATEGIES,
+    default_strategy,
     mean_task_grads,
     measure_strategies,
     resolve_strategy,
@@ -30,6 +32,7 @@ from .strategy import (
 )
 
 __all__ = [
+    "CPU_VMAP_MAX_EXAMPLES",
     "DEFAULT_STRATEGY",
     "LR_PREFIX",
     "STRATEGIES",
@@ -44,6 +47,7 @@ __all__ = [
     "adapt",
     "anil",
     "confidence_interval",
+    "default_strategy",
     "evaluate",
     "fomaml",
     "maml",

@@ -10,8 +10,9 @@ rounding); which is faster depends on the device and the task shape:
   kernels, which is what accelerators want; ``chunk_size`` bounds its memory (it maps that
   many tasks at a time), down to one task per chunk.
 
-``"auto"`` takes the measured default for the device (:data:`DEFAULT_STRATEGY`); ``"measure"``
-times both on the real batch and keeps the faster (:func:`measure_strategies`).
+``"auto"`` takes the measured default for the device and task size
+(:func:`default_strategy`); ``"measure"`` times both on the real batch and keeps the faster
+(:func:`measure_strategies`).
 """
 
 from __future__ import annotations
@@ -30,15 +31,27 @@ from .learner import Task, TaskEvalFn, TaskGradFn
 STRATEGIES = ("loop", "vmap")
 CHOICES = ("auto", "measure", *STRATEGIES)
 
-DEFAULT_STRATEGY: dict[str, str] = {
-    # Measured on CPU (docs/meta-learning.md): at the meta-train default shape (5-way 1-shot,
-    # 1 query per class, 32 tasks, strided conv4) vmap takes 0.84 s of CPU per meta-step
-    # against 1.2 s for the loop. At 15 queries per class vmap's large temporaries make the
-    # loop the better choice there (--strategy loop). Accelerators want few large kernels.
-    "cpu": "vmap",
-    "cuda": "vmap",
-    "mps": "vmap",
-}
+DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"}
+"""The measured default per device type for small tasks (see :func:`default_strategy`)."""
+
+CPU_VMAP_MAX_EXAMPLES = 20
+"""On CPU, tasks with more examples (support + query) than this run in a loop.
+
+Measured with ``benchmarks/meta_step.py`` (CPU time, one thread, second-order MAML, meta-batch
+32): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.56 s per
+meta-step against 0.87 s for the loop; at 80 (15 queries, pooled conv4) vmap takes 15.1 s and
+8 GB against 4.7 s and 2 GB for the loop. The threshold lies between; 20 is on the safe side.
+"""
+
+
+def default_strategy(device: torch.device | str, examples_per_task: int | None = None) -> str:
+    """The measured default: ``"vmap"``, except ``"loop"`` on CPU for large tasks."""
+    kind = torch.device(device).type
+    if kind == "cpu" and examples_per_task is not None and (
+        examples_per_task > CPU_VMAP_MAX_EXAMPLES
+    ):
+        return "loop"
+    return DEFAULT_STRATEGY.get(kind, "loop")
 
 
 def _check(strategy: str) -> None:
@@ -115,17 +128,22 @@ def measure_strategies(run: Callable[[str], Any], *, repeats: int = 2) -> dict[s
 
 
 def resolve_strategy(
-    strategy: str, device: torch.device | str, *, probe: Callable[[str], Any] | None = None
+    strategy: str,
+    device: torch.device | str,
+    *,
+    examples_per_task: int | None = None,
+    probe: Callable[[str], Any] | None = None,
 ) -> str:
     """``"loop"`` or ``"vmap"`` for ``strategy`` in :data:`CHOICES` on ``device``.
 
-    ``"auto"`` looks up :data:`DEFAULT_STRATEGY`; ``"measure"`` times ``probe(strategy)``
-    (a meta-step on a real batch) with :func:`measure_strategies` and keeps the faster.
+    ``"auto"`` is :func:`default_strategy` for the device and task size; ``"measure"`` times
+    ``probe(strategy)`` (a meta-step on a real batch) with :func:`measure_strategies` and
+    keeps the faster.
     """
     if strategy not in CHOICES:
         raise ConfigError(f"strategy must be one of {CHOICES}, got {strategy!r}")
     if strategy == "auto":
-        return DEFAULT_STRATEGY.get(torch.device(device).type, "loop")
+        return default_strategy(device, examples_per_task)
     if strategy == "measure":
         if probe is None:
             raise ConfigError("resolve_strategy: 'measure' needs a probe function")
@@ -136,8 +154,10 @@ def resolve_strategy(
 
 __all__ = [
     "CHOICES",
+    "CPU_VMAP_MAX_EXAMPLES",
     "DEFAULT_STRATEGY",
     "STRATEGIES",
+    "default_strategy",
     "mean_task_grads",
     "measure_strategies",
     "resolve_strategy",

@@ -23,13 +23,13 @@ from ..model import bind
 from ..params import Params
 from ..placement import resolve_device
 from ..train import Groups, LoopConfig, Run, adam, run_loop
-from .evaluate import EvalResult, evaluate
+from .evaluate import EvalResult, TaskSampler, evaluate
 from .learner import MetaLearner
 from .maml import maml
 from .protonet import protonet
 from .reptile import reptile
 from .sources import TaskSources, build_model, task_sources
-from .strategy import CHOICES, mean_task_grads, resolve_strategy
+from .strategy import CHOICES, STRATEGIES, mean_task_grads, resolve_strategy
 
 ALGOS = ("maml", "fomaml", "metasgd", "anil", "reptile", "protonet")
 
@@ -142,6 +142,12 @@ def init_params(cfg: MetaTrainConfig, learner: MetaLearner, *,
     return learner.init(params), random.fold_in(root, 1)
 
 
+def task_size(sample: TaskSampler) -> int:
+    """Examples (support + query) in one task from ``sample``: what the strategy depends on."""
+    task = sample(random.key(0), 1)
+    return int(task.support_x.shape[1] + task.query_x.shape[1])
+
+
 @dataclass(frozen=True)
 class MetaTrainResult:
     """The run directory, the final meta-parameters and the held-out score."""
@@ -231,13 +237,16 @@ def meta_train(
             "loss": float(loss), learner.objective.metric_name: float(metric), **comm}
 
     if strategy is None:
-        strategy = resolve_strategy(cfg.strategy, dev,
+        strategy = resolve_strategy(cfg.strategy, dev, examples_per_task=task_size(sources.train),
                                     probe=lambda s: step_fn(start, groups, s))
+    # Evaluation tasks are usually larger (15 queries per class): their own measured default.
+    eval_strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto",
+                                     dev, examples_per_task=task_size(sources.val))
     metric_name = learner.objective.metric_name
 
     def validate(step: int, groups: Groups) -> dict[str, float]:
         res = evaluate(learner, groups["params"], sources.val, key=val_key,
-                       episodes=cfg.val_episodes, strategy=strategy, device=dev)
+                       episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
         return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
     loop_cfg = LoopConfig(
@@ -258,7 +267,7 @@ def meta_train(
     tag = "best" if run.has_checkpoint("best") else "last"
     final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
     test = evaluate(learner, final, sources.test, key=test_key, episodes=cfg.test_episodes,
-                    strategy=strategy, device=dev)
+                    strategy=eval_strategy, device=dev)
     run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
     echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
     return MetaTrainResult(run, groups["params"], test)
@@ -297,7 +306,9 @@ def evaluate_run(
     params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
     key = random.fold_in(random.key(cfg.seed if seed is None else seed), -3)
     result = evaluate(learner, params, sources.test, key=key, episodes=episodes,
-                      strategy=resolve_strategy("auto", dev), device=dev)
+                      strategy=resolve_strategy("auto", dev,
+                                                examples_per_task=task_size(sources.test)),
+                      device=dev)
     run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
              **result.as_record()})
     return run, result
