@@ -501,3 +501,28 @@ def test_coerce_rejects_with_path(value: Any, hint: Any) -> None:
 def test_describe_params_marks_inferred_required_optional_and_slots() -> None:
     assert describe_params(REGISTRY.get("linear")) == "(in_features) out_features [bias dtype]"
     assert describe_params(REGISTRY.get("residual")) == "| body [shortcut]"
+
+
+def test_stochastic_depth_block_equals_code_and_post_sees_the_body_output() -> None:
+    sd = pytest.importorskip("funcgraph.nn.stochastic_depth")
+    config = {"input_shape": [2, 3, 6, 6], "layers": [{
+        "type": "stochastic_depth", "name": "block", "params": {"drop_prob": 0.5},
+        "body": [{"type": "conv2d", "name": "conv", "params": {"out_channels": 4,
+                                                               "kernel_size": 3, "padding": 1}},
+                 {"type": "batch_norm", "name": "bn"}],
+        "shortcut": {"type": "conv2d", "params": {"out_channels": 4, "kernel_size": 1}},
+        "post": {"type": "batch_norm"}}]}  # num_features inferred from the body's 4 channels
+    built = build(config)
+    code = nn.serial({"block": sd.stochastic_depth(
+        nn.serial({"conv": nn.conv2d(3, 4, 3, padding=1), "bn": nn.batch_norm(4)}), 0.5,
+        shortcut=nn.conv2d(3, 4, 1), post=nn.batch_norm(4))})
+    p_code, s_code = code.init(random.key(0))
+    p_cfg, s_cfg = built.model.init(random.key(0))
+    assert list(p_cfg) == list(p_code) and list(s_cfg) == list(s_code)
+    assert all(torch.equal(p_cfg[n], p_code[n]) for n in p_code), "same key, same params"
+    x = random.normal(random.key(1), (2, 3, 6, 6))
+    for seed in range(4):  # both outcomes of the drop draw
+        y_code, _ = code.apply(p_code, s_code, x, key=random.key(seed), train=True)
+        y_cfg, _ = built.model.apply(p_code, s_code, x, key=random.key(seed), train=True)
+        torch.testing.assert_close(y_cfg, y_code)
+    assert [r.output_shape for r in built.rows if r.module == "block.post"] == [(2, 4, 6, 6)]

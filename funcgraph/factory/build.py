@@ -144,8 +144,10 @@ class _Builder:
         children: dict[str, Any] = {}
         outputs: dict[str, Any] = {}
         for slot in layer.slots:
+            slot_x = x if slot.after is None or outputs.get(slot.after) is None else (
+                outputs[slot.after])
             children[slot.name], outputs[slot.name] = self.slot(
-                layer, slot, spec.get(slot.name), at(path, slot.name), module, x, depth)
+                layer, slot, spec.get(slot.name), at(path, slot.name), module, slot_x, depth)
         model = self.construct(layer, kwargs, children, path)
         meta = self.guarded(lambda: meta_init(model), path, f"{kind} init")
         meta_params = meta[0]

@@ -50,12 +50,15 @@ class Slot:
         required: whether the config must give it (an optional chain is passed as ``None``).
         prefix: whether the slot's name appears in parameter names (``body.0.weight``), as
             it does for ``residual`` and not for ``serial``; used for the summary table.
+        after: the earlier slot whose output this slot receives (stochastic depth's ``post``
+            runs on what ``body`` returns); ``None``: the block's input.
     """
 
     name: str
     kind: Literal["chain", "fan"] = "chain"
     required: bool = True
     prefix: bool = True
+    after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -340,7 +343,7 @@ REGISTRY.add_lazy("lstm", "funcgraph.nn.recurrent:lstm", **_recurrent)
 REGISTRY.add_lazy("gru", "funcgraph.nn.recurrent:gru", **_recurrent)
 REGISTRY.add_lazy("stochastic_depth", "funcgraph.factory.adapters:stochastic_depth_block",
                   slots=(Slot("body"), Slot("shortcut", required=False),
-                         Slot("post", required=False)))
+                         Slot("post", required=False, after="body")))
 REGISTRY.add_lazy("conv4", "funcgraph.models.conv4:conv4", infer={"in_channels": channel_dim},
                   positive=("hidden", "in_channels", "image_size"))
 REGISTRY.add_lazy("mlp", "funcgraph.models.mlp:mlp", infer={"in_features": last_dim},
