@@ -135,18 +135,19 @@ def train_discrete(model: Model, data: SearchData, *, steps: int, seed: int,
     return accuracy(model, params, state, data.val_x, data.val_y)
 
 
-def _train_job(job: tuple[dict[str, Any], int, int, int, int]) -> float:
+def _train_job(job: tuple[dict[str, Any], int, int, int, int, int]) -> float:
     """One (architecture, seed) training in a worker process (single-threaded)."""
     torch.set_num_threads(1)
-    genotype, c, layers, steps, seed = job
-    held_out = glyph_halves(split="evaluation")  # characters the search never saw
+    genotype, c, layers, steps, seed, classes = job
+    # characters the search never saw
+    held_out = glyph_halves(split="evaluation", num_classes=classes)
     model = network_from_genotype(Genotype.from_dict(genotype), C=c, layers=layers,
                                   num_classes=held_out.num_classes)
     return train_discrete(model, held_out, steps=steps, seed=seed)
 
 
 def accuracy_bench(search_dir: Path, train_steps: int, seeds: int, workers: int,
-                   archs: list[str], cache: Path) -> None:
+                   archs: list[str], cache: Path, classes: int) -> None:
     cfg = SearchConfig()
     genotype_path = search_dir / "genotype.json"
     search_s = None
@@ -161,13 +162,14 @@ def accuracy_bench(search_dir: Path, train_steps: int, seeds: int, workers: int,
 
     def cached(g: Genotype, seed: int) -> Path:
         digest = hashlib.sha256(g.to_json().encode()).hexdigest()[:12]
-        return cache / f"{digest}-C{cfg.C}-L{cfg.layers}-steps{train_steps}-seed{seed}.json"
+        return cache / (f"{digest}-C{cfg.C}-L{cfg.layers}-steps{train_steps}-classes{classes}"
+                        f"-seed{seed}.json")
 
     todo = [(name, g, seed) for name, g, seed in jobs
             if (name in archs or not archs) and not cached(g, seed).exists()]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = pool.map(_train_job, [(g.to_dict(), cfg.C, cfg.layers, train_steps, seed)
-                                     for _, g, seed in todo])
+        done = pool.map(_train_job, [(g.to_dict(), cfg.C, cfg.layers, train_steps, seed,
+                                      classes) for _, g, seed in todo])
         for (_, g, seed), acc in zip(todo, done, strict=True):
             cached(g, seed).write_text(json.dumps({"test_acc": acc}))
     if archs:
@@ -185,10 +187,12 @@ def accuracy_bench(search_dir: Path, train_steps: int, seeds: int, workers: int,
         print(f"{r['arch']:<10}{r['test_acc']:>9.3f}  {[round(a, 3) for a in r['per_seed']]}")
     print(f"{'random mean':<10}{rand:>9.3f}   searched - random mean: {searched_acc - rand:+.3f}")
     for r in rows:
-        print(json.dumps({"bench": "darts_accuracy", "train_steps": train_steps, **r}))
+        print(json.dumps({"bench": "darts_accuracy", "train_steps": train_steps,
+                          "classes": classes, **r}))
     print(json.dumps({"bench": "darts_accuracy_summary", "searched": searched_acc,
                       "random_mean": rand, "difference": searched_acc - rand,
-                      "train_steps": train_steps, "seeds": seeds, "search_seconds": search_s}))
+                      "train_steps": train_steps, "seeds": seeds, "classes": classes,
+                      "search_seconds": search_s}))
 
 
 def main() -> None:
@@ -206,6 +210,8 @@ def main() -> None:
     a.add_argument("--workers", type=int, default=2, help="trainings run in parallel")
     a.add_argument("--archs", default="", help="train only these (comma-separated, e.g. "
                    "random0,random1) into the cache and stop; default: all, then report")
+    a.add_argument("--classes", type=int, default=20,
+                   help="held-out characters to classify (evaluation split)")
     a.add_argument("--cache", type=Path, default=Path("runs/bench-darts-cache"),
                    help="per-(architecture, seed) accuracies, reused by later runs")
     args = parser.parse_args()
@@ -214,7 +220,7 @@ def main() -> None:
     else:
         archs = [a for a in args.archs.split(",") if a]
         accuracy_bench(args.search_dir, args.train_steps, args.seeds, args.workers, archs,
-                       args.cache)
+                       args.cache, args.classes)
 
 
 if __name__ == "__main__":
