@@ -1,6 +1,6 @@
 """funcgraph: dynamic-graph deep learning as pure functions over parameter dicts."""
 
-from . import debug, factory, nas, nn, params, random
+from . import debug, factory, meta, models, nas, nn, params, random
 from .control import cond
 from .errors import FuncgraphError
 from .model import Model, bind, from_module, stateless
@@ -19,6 +19,8 @@ __all__ = [
     "debug",
     "factory",
     "from_module",
+    "meta",
+    "models",
     "nas",
     "nn",
     "params",
