@@ -117,6 +117,13 @@ def test_pools_equal_torch_kernels(stride: int, size: int) -> None:
     torch.testing.assert_close(got_avg, F.avg_pool2d(x, 3, stride, 1, count_include_pad=False))
 
 
+def test_factorized_reduce_rejects_odd_sizes() -> None:
+    op = make_op("skip_connect", C, 2)
+    params, state = op.init(random.key(0))
+    with pytest.raises(ShapeError, match="divisible by 4"):
+        op.apply(params, state, _x((2, C, 7, 7)), train=True)
+
+
 def test_unknown_op_names_the_choices() -> None:
     with pytest.raises(ValueError, match="sep_conv_3x3"):
         make_op("conv_7x7", C, 1)

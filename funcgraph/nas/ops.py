@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, conv2d, identity, lift, relu, serial
 
@@ -86,6 +87,9 @@ def factorized_reduce(c_in: int, c_out: int, *, affine: bool = True) -> Model:
     }
 
     def forward(run: Children, x: Tensor) -> Tensor:
+        if x.shape[-1] % 2 or x.shape[-2] % 2:
+            raise ShapeError(f"factorized_reduce: H and W must be even, got {tuple(x.shape)}; "
+                             "DARTS networks need image sides divisible by 4")
         x = torch.relu(x)
         out = torch.cat([run("conv_1", x), run("conv_2", x[:, :, 1:, 1:])], dim=1)
         return run("bn", out)
