@@ -40,7 +40,8 @@ CPU_VMAP_MAX_EXAMPLES = 20
 Measured with ``benchmarks/meta_step.py`` (CPU time, one thread, second-order MAML, meta-batch
 32): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.56 s per
 meta-step against 0.87 s for the loop; at 80 (15 queries, pooled conv4) vmap takes 15.1 s and
-8 GB against 4.7 s and 2 GB for the loop. The threshold lies between; 20 is on the safe side.
+8 GB against 4.4-4.7 s and 1-2 GB for the loop. The threshold lies between; 20 is on the safe
+side.
 """
 
 
