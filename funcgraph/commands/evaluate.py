@@ -20,6 +20,8 @@ def evaluate(
         min=0, help="Inner steps on each support set (default: the run's).")] = None,
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
+    threads: Annotated[int, typer.Option(
+        min=0, help="CPU threads for torch (0: torch's default); 1 as in meta-train.")] = 1,
     seed: Annotated[int | None, typer.Option(
         min=0, help="Seed of the test tasks (default: the run's).")] = None,
 ) -> None:
@@ -27,8 +29,12 @@ def evaluate(
 
     Example: funcgraph evaluate runs/maml-glyphs-5way1shot-20260101-120000 --episodes 600
     """
+    import torch
+
     from ..meta.train import evaluate_run
 
+    if threads:
+        torch.set_num_threads(threads)
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")

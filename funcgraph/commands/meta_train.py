@@ -70,6 +70,10 @@ def meta_train(
         min=1, help="Validation tasks per validation (default 200).")] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Held-out test tasks at the end.")] = 600,
     device: DeviceOption = "auto",
+    threads: Annotated[int, typer.Option(
+        min=0, help="CPU threads for torch (0: torch's default, one per core). Default 1: "
+                    "measured 5.7x faster than 2 threads on a 2-core machine with one other "
+                    "job (small per-task ops pay OpenMP's fork/join and spin-waits).")] = 1,
     seed: SeedOption = 0,
     out: Annotated[Path | None, typer.Option(
         help="Run directory (default runs/<algo>-<dataset>-<tasks>-<time>).")] = None,
@@ -97,11 +101,15 @@ def meta_train(
     import time
     from dataclasses import replace
 
+    import torch
+
     from .. import distributed
     from ..meta.sources import model_config, task_sources
     from ..meta.train import default_config, meta_train
     from ..placement import resolve_device
 
+    if threads:
+        torch.set_num_threads(threads)
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
