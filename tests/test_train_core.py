@@ -137,3 +137,12 @@ def test_run_refuses_overwrite_and_mismatched_resume(tmp_path):
     assert json.loads((tmp_path / "r" / "config.json").read_text())["steps"] == 50
     with pytest.raises(CheckpointError, match="no run to resume"):
         Run.create(tmp_path / "none", {}, resume=True)
+
+
+def test_loaded_checkpoint_keeps_saved_order_and_owns_its_memory(tmp_path):
+    params = {"z.weight": torch.randn(3), "a.weight": torch.randn(5), "m.bias": torch.randn(2)}
+    save_checkpoint(tmp_path / "ck", {"params": params}, {})
+    loaded, _ = load_checkpoint(tmp_path / "ck")
+    assert list(loaded["params"]) == list(params), "names came back in another order"
+    for t in loaded["params"].values():
+        assert t.data_ptr() % 16 == 0 and t.is_contiguous()

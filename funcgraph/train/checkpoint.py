@@ -81,6 +81,7 @@ def save_checkpoint(
         "tensors": tensor_path.name,
         "sha256": digest,
         "groups": sorted(groups),
+        "names": {group: list(tensors) for group, tensors in groups.items()},
         "torch": torch.__version__,
         **dict(meta),
     }
@@ -126,10 +127,19 @@ def load_checkpoint(
         flat = load_file(str(tensor_path), device=str(device))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {tensor_path} could not be read: {e}") from None
+    # Rebuild each group in the order it was saved (safetensors stores names sorted), as
+    # fresh aligned tensors: name order and memory alignment both change float rounding in
+    # later sums, and a resumed run must be bit-identical to an uninterrupted one.
+    order = meta.get("names") or {}
     groups: dict[str, dict[str, Tensor]] = {g: {} for g in meta.get("groups", [])}
+    for group, names in order.items():
+        for name in names:
+            if f"{group}/{name}" in flat:
+                groups.setdefault(group, {})[name] = flat[f"{group}/{name}"].clone()
     for full, t in flat.items():
         group, _, name = full.partition("/")
-        groups.setdefault(group, {})[name] = t
+        if name not in groups.setdefault(group, {}):
+            groups[group][name] = t.clone()
     if expect is not None:
         _verify(tensor_path, groups, expect)
     return groups, meta
