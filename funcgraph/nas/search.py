@@ -286,14 +286,10 @@ def run_search(
     history_path = run.path / HISTORY_FILE
     if resume and run.has_checkpoint("last"):
         expect = {k: groups[k] for k in ("weights", "arch", "state")}
+        # load_checkpoint returns names in saved order as fresh aligned tensors, which a
+        # bit-exact resume needs (sums such as the clipping norm depend on both).
         loaded, meta = run.load("last", expect=expect, device=str(device))
-        # Resume must be bit-exact: keep the model's name order (safetensors sorts names, and
-        # sums over params such as the clipping norm round differently in another order) and
-        # clone into fresh, aligned storage (vectorised CPU kernels round differently on the
-        # unaligned views safetensors returns).
-        groups = {k: {n: t.clone() for n, t in sorted(
-            loaded.get(k, {}).items(), key=lambda item: order.get(item[0], len(order)))}
-            for k, order in ((k, {n: i for i, n in enumerate(groups[k])}) for k in groups)}
+        groups = {k: loaded.get(k, {}) for k in groups}
         start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
         run.truncate_metrics(start)
     kept = _read_history(history_path, start)
