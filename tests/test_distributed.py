@@ -1,5 +1,6 @@
 """Data parallelism over torch.distributed (gloo, CPU, processes on loopback)."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -159,3 +160,43 @@ def test_train_nproc_2_equals_one_process(tmp_path):
     # rounding; 1e-5 is 1% of one step (lr 1e-3), far below what a missing all-reduce gives.
     for n in one["params"]:
         torch.testing.assert_close(two["params"][n], one["params"][n], rtol=1e-4, atol=1e-5)
+
+
+def test_search_on_two_ranks_stays_in_sync_and_writes_once(tmp_path):
+    """First-order DARTS search on 2 ranks: every epoch end checks that both ranks hold the
+    same params (a divergence would fail the job), and rank 0 writes the outputs.
+
+    Not compared with one process: batch norm normalises each rank's slice with its own
+    statistics (data parallelism without synchronised batch norm), which changes the numbers.
+    """
+    worker = Path(__file__).parent / "dist_search_worker.py"
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+               "PYTHONPATH": str(Path(__file__).parents[1])}
+        procs.append(subprocess.Popen([sys.executable, str(worker), str(tmp_path / "two")],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    codes, outs = _wait(procs)
+    assert codes == [0, 0], outs
+    _, meta = load_checkpoint(tmp_path / "two" / "checkpoints" / "last")
+    assert meta["world_size"] == 2 and meta["step"] == 4
+    history = (tmp_path / "two" / "alpha_history.jsonl").read_text().splitlines()
+    assert len(history) == 2, "each epoch end must be written once (by rank 0 alone)"
+    assert json.loads((tmp_path / "two" / "genotype.json").read_text())["normal"]
+
+
+def test_second_order_search_refuses_to_run_distributed(tmp_path):
+    from funcgraph.errors import ConfigError
+    from funcgraph.nas import BilevelConfig, SearchConfig, run_search
+
+    cfg = SearchConfig(C=2, layers=3, epochs=1, batch_size=8, stop_skips=None,
+                       bilevel=BilevelConfig(order="second"))
+    import dist_search_worker
+
+    with pytest.raises(ConfigError, match="--order second runs in one process"):
+        run_search(tmp_path / "r", dist_search_worker.data(), cfg, show_progress=False,
+                   env=distributed.DistEnv(rank=0, world_size=2))

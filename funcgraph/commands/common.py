@@ -5,12 +5,16 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
 from ..errors import FuncgraphError
+
+if TYPE_CHECKING:
+    from ..distributed import DistEnv
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)
@@ -44,6 +48,38 @@ def user_errors(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+NprocOption = Annotated[int, typer.Option(
+    min=1, help="Data-parallel processes on this machine (spawned with torchrun); each takes "
+                "its slice of every batch.")]
+BackendOption = Annotated[str, typer.Option(
+    help="torch.distributed backend under torchrun or --nproc: auto (nccl on CUDA, else "
+         "gloo), gloo, nccl.")]
+DistTimeoutOption = Annotated[float, typer.Option(
+    min=1.0, help="Seconds a rank waits for the others before the job fails.")]
+
+
+def distributed_env(
+    nproc: int, backend: str, timeout_s: float, device: str, out: Path | None
+) -> DistEnv:
+    """Join (or start) the data-parallel job a command runs in.
+
+    Under torchrun, join the process group; with ``--nproc N > 1`` outside torchrun, re-run
+    this very command line under torchrun in N processes and exit with its status; otherwise
+    return the single-process environment. Distributed runs need an explicit ``--out``, the
+    one run directory every rank shares.
+    """
+    from .. import distributed
+    from ..placement import resolve_device
+
+    if out is None and (nproc > 1 or distributed.launched_by_torchrun()):
+        raise typer.BadParameter("a distributed run needs --out RUN_DIR shared by all ranks",
+                                 param_hint="--out")
+    if nproc > 1 and not distributed.launched_by_torchrun():
+        argv = distributed.without_option(sys.argv[1:], "--nproc")
+        raise typer.Exit(distributed.spawn(nproc, argv))
+    return distributed.init(backend, timeout_s=timeout_s, device=resolve_device(device))
 
 
 DeviceOption = Annotated[

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from .common import DeviceOption, SeedOption, console, user_errors
+from .common import (
+    BackendOption,
+    DeviceOption,
+    DistTimeoutOption,
+    NprocOption,
+    SeedOption,
+    console,
+    distributed_env,
+    user_errors,
+)
 
 
 class Order(StrEnum):
@@ -54,6 +63,9 @@ def search(
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/search"),
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
+    nproc: NprocOption = 1,
+    backend: BackendOption = "auto",
+    dist_timeout: DistTimeoutOption = 600.0,
 ) -> None:
     """Search a DARTS cell on glyph classification (train half fits weights, validation half
     the architecture); writes genotype.json, alpha_history.jsonl and alphas.png to --out.
@@ -62,6 +74,7 @@ def search(
 
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
+    from .. import distributed
     from ..errors import ConfigError
     from ..nas import BilevelConfig, SearchConfig, glyph_halves, run_search
     from ..placement import resolve_device
@@ -72,6 +85,7 @@ def search(
     if channels % partial_channels or (channels // partial_channels) % 2:
         raise ConfigError(f"--partial-channels {partial_channels} must divide -C {channels} "
                           "into an even width (the strided skip op halves it)")
+    env = distributed_env(nproc, backend, dist_timeout, device, out)
     dev = resolve_device(device)
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
     cfg = SearchConfig(C=channels, layers=layers, epochs=epochs, steps=steps,
@@ -79,10 +93,16 @@ def search(
                        skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
                        bilevel=bilevel)
     data = glyph_halves(num_classes=classes, image_size=image_size)
-    console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
-                  f"{data.val_x.shape[0]} validation images, {order.value} order, "
-                  f"device {dev}", highlight=False)
-    result = run_search(out, data, cfg, resume=resume, device=dev)
+    if env.is_main:
+        console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
+                      f"{data.val_x.shape[0]} validation images, {order.value} order, "
+                      f"device {dev}, {env.world_size} process(es)", highlight=False)
+    try:
+        result = run_search(out, data, cfg, resume=resume, device=dev, env=env)
+    finally:
+        distributed.shutdown(env)
+    if not env.is_main:
+        return
     g = result.genotype
     console.print(f"normal: {[list(e) for e in g.normal]}", highlight=False)
     console.print(f"reduce: {[list(e) for e in g.reduce]}", highlight=False)

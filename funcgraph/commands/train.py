@@ -9,7 +9,16 @@ from typing import Annotated
 
 import typer
 
-from .common import DeviceOption, SeedOption, console, user_errors
+from .common import (
+    BackendOption,
+    DeviceOption,
+    DistTimeoutOption,
+    NprocOption,
+    SeedOption,
+    console,
+    distributed_env,
+    user_errors,
+)
 
 
 @user_errors
@@ -39,36 +48,22 @@ def train(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Model hyperparameter (--set depth=56, --set mode=row) or data option "
                       "(--set data.classes=20, --set data.max_length=20); repeatable.")] = None,
-    nproc: Annotated[int, typer.Option(
-        min=1, help="Data-parallel processes on this machine (spawned with torchrun; each "
-                    "takes batch-size / nproc examples per step).")] = 1,
-    backend: Annotated[str, typer.Option(
-        help="torch.distributed backend: auto (nccl on CUDA, else gloo), gloo, nccl.")
-    ] = "auto",
-    dist_timeout: Annotated[float, typer.Option(
-        min=1.0, help="Seconds a rank waits for the others before the job fails.")] = 600.0,
+    nproc: NprocOption = 1,
+    backend: BackendOption = "auto",
+    dist_timeout: DistTimeoutOption = 600.0,
 ) -> None:
     """Train a classifier, validate it, checkpoint, and print the final validation accuracy.
 
     Example: funcgraph train --model resnet-sd --set depth=20 --steps 300
     """
-    import sys
-
     from .. import distributed
     from ..factory import parse_overrides
-    from ..placement import resolve_device
     from ..train.supervised import fit, train_config
 
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
-    if out is None and (nproc > 1 or distributed.launched_by_torchrun()):
-        raise typer.BadParameter("a distributed run needs --out RUN_DIR shared by all ranks",
-                                 param_hint="--out")
-    if nproc > 1 and not distributed.launched_by_torchrun():
-        raise typer.Exit(distributed.spawn(nproc, distributed.without_option(sys.argv[1:],
-                                                                             "--nproc")))
-    env = distributed.init(backend, timeout_s=dist_timeout, device=resolve_device(device))
+    env = distributed_env(nproc, backend, dist_timeout, device, out)
     if genotype is not None and not genotype.is_file():
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,

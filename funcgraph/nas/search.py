@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import grad
 
-from .. import random
+from .. import distributed, random
 from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State, partition
@@ -151,21 +151,43 @@ def _loss(model: Model, state: State) -> LossFn:
     return loss
 
 
+def _own_rows(batch: Batch, env: distributed.DistEnv) -> Batch:
+    rows = distributed.shard(batch[1].shape[0], env)
+    return batch[0][rows.start:rows.stop], batch[1][rows.start:rows.stop]
+
+
 def make_search_step(
-    model: Model, cfg: SearchConfig, batch: BatchFn, total_steps: int
+    model: Model,
+    cfg: SearchConfig,
+    batch: BatchFn,
+    total_steps: int,
+    env: distributed.DistEnv | None = None,
 ) -> StepFn:
     """``step(step, groups) -> (groups, metrics)`` for :func:`run_loop`: an architecture step
     on the validation batch, then a weight step (gradient clipped) on the training batch.
-    Groups: ``weights``, ``arch``, ``state`` (batch-norm statistics), ``opt_w``, ``opt_a``."""
+    Groups: ``weights``, ``arch``, ``state`` (batch-norm statistics), ``opt_w``, ``opt_a``.
+
+    With a distributed ``env`` (first order only) each rank takes its slice of both batches and
+    the architecture gradient, the weight gradient and the batch-norm running statistics are
+    averaged over ranks before their updates. Batch norm normalises each rank's slice with that
+    slice's statistics (as data parallelism without synchronised batch norm does), so the
+    search is not the single-process search of the whole batch, only the usual approximation
+    of it."""
     b = cfg.bilevel
     w_opt, a_opt = b.weight_optimizer(), b.arch_optimizer()
+    env = env or distributed.DistEnv()
+
+    def mean(tensors: Params) -> Params:
+        return distributed.all_reduce_mean(tensors, env) if env.active else tensors
 
     def step(i: int, g: Groups) -> tuple[Groups, Mapping[str, float]]:
         lr = cosine_lr(b.w_lr, i, total_steps, min_lr=b.w_lr_min)
         train_batch, val_batch = batch(i)
+        if env.active:
+            train_batch, val_batch = _own_rows(train_batch, env), _own_rows(val_batch, env)
         w, a, state = g["weights"], g["arch"], g["state"]
-        ga = arch_gradient(_loss(model, state), w, a, train_batch, val_batch, config=b,
-                           opt_state=g["opt_w"], lr=lr)
+        ga = mean(arch_gradient(_loss(model, state), w, a, train_batch, val_batch, config=b,
+                                opt_state=g["opt_w"], lr=lr))
         a, opt_a = a_opt.update(a, ga, g["opt_a"])
 
         def train_loss(w_: Params) -> tuple[Tensor, tuple[State, Tensor]]:
@@ -174,6 +196,9 @@ def make_search_step(
             return F.cross_entropy(logits, y), (new_state, logits)
 
         gw, (new_state, logits) = grad(train_loss, has_aux=True)(w)
+        gw = mean(gw)
+        new_state = {**new_state, **mean({n: t for n, t in new_state.items()
+                                          if t.is_floating_point()})}
         gw, _ = clip_grad_norm(gw, b.grad_clip)
         w, opt_w = w_opt.update(w, gw, g["opt_w"], lr=lr)
         loss = F.cross_entropy(logits, train_batch[1])
@@ -261,8 +286,18 @@ def run_search(
     device: str | torch.device = "cpu",
     show_progress: bool = True,
     extra_config: Mapping[str, Any] | None = None,
+    env: distributed.DistEnv | None = None,
 ) -> SearchResult:
-    """Search in run directory ``out`` (``resume=True`` continues the run there)."""
+    """Search in run directory ``out`` (``resume=True`` continues the run there).
+
+    With a distributed ``env`` the ranks share every step (see :func:`make_search_step`); all
+    ranks evaluate the epoch ends (identical params give identical decisions, so the collapse
+    guard stops them together) and rank 0 alone writes. Second order is single-process: its
+    unrolled weight step would need the whole training batch on every rank."""
+    env = env or distributed.DistEnv()
+    if env.active and cfg.bilevel.order != "first":
+        raise ConfigError("search: --order second runs in one process (the unrolled step "
+                          "needs the whole batch); use --order first with --nproc")
     started = time.perf_counter()
     model = build_search_model(cfg, data)
     per_epoch, batch = _batches(data, cfg.batch_size, cfg.seed)
@@ -271,7 +306,11 @@ def run_search(
         raise ConfigError(f"search: need at least one step, got steps={total}")
     config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
               "steps": total}
-    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"))
+    if env.is_main:
+        run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"))
+    distributed.barrier(env)
+    if not env.is_main:
+        run = Run.open(out)
     data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                    val_x=data.val_x.to(device), val_y=data.val_y.to(device))
 
@@ -291,9 +330,11 @@ def run_search(
         loaded, meta = run.load("last", expect=expect, device=str(device))
         groups = {k: loaded.get(k, {}) for k in groups}
         start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
-        run.truncate_metrics(start)
-    kept = _read_history(history_path, start)
-    atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+        if env.is_main:
+            run.truncate_metrics(start)
+    if env.is_main:
+        kept = _read_history(history_path, start)
+        atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
 
     def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
         w = arch_weights(arch_params)
@@ -301,11 +342,14 @@ def run_search(
 
     def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
         full = {**g["weights"], **g["arch"]}
+        distributed.assert_in_sync(full, env, step)
         val_acc = accuracy(model, full, g["state"], data.val_x, data.val_y, batch_stats=True)
         w, genotype, uncapped = genotypes(g["arch"])
         epoch = math.ceil(step / per_epoch)
-        with open(history_path, "a") as f:
-            f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc)) + "\n")
+        if env.is_main:
+            with open(history_path, "a") as f:
+                f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc))
+                        + "\n")
         skips = uncapped.skips("normal")
         if cfg.stop_skips is not None and skips >= cfg.stop_skips and step < total:
             raise _Collapsed(step, g, skips)
@@ -313,19 +357,24 @@ def run_search(
 
     loop = LoopConfig(total_steps=total, checkpoint_every=per_epoch, validate_every=per_epoch,
                       log_every=max(1, per_epoch // 2), items_per_step=cfg.batch_size,
-                      item_name="images", show_progress=show_progress,
-                      description=f"search ({b.order} order)", meta={"config": config})
+                      item_name="images", show_progress=show_progress and env.is_main,
+                      write=env.is_main, description=f"search ({b.order} order)",
+                      meta={"config": config, "world_size": env.world_size})
     done = start
     if not stopped and start < total:
         try:
-            groups = run_loop(run, groups, make_search_step(model, cfg, batch, total), loop,
-                              start_step=start, validate=end_of_epoch)
+            groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
+                              loop, start_step=start, validate=end_of_epoch)
             done = total
         except _Collapsed as c:
             groups, done, stopped = c.groups, c.step, True
-            run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
-            run.save("last", groups, {"config": config, "step": done, "stopped_early": True})
+            if env.is_main:
+                run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
+                run.save("last", groups, {"config": config, "step": done,
+                                          "stopped_early": True})
     w, genotype, _ = genotypes(groups["arch"])
+    if not env.is_main:
+        return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
     genotype.save(run.path / GENOTYPE_FILE)
     write_heatmap(run.path / HEATMAP_FILE, w)
     val_acc = accuracy(model, {**groups["weights"], **groups["arch"]}, groups["state"],

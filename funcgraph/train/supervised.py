@@ -382,8 +382,9 @@ def fit(
     differ on resume; with the same ``steps`` the result is bit-identical to an uninterrupted
     run (a new budget stretches the cosine learning-rate schedule from there on).
     With a distributed ``env`` each rank trains on its slice of every batch, gradients and
-    batch-norm statistics are averaged over ranks, and rank 0 alone validates and writes (the
-    logged training metrics are rank 0's slice)."""
+    batch-norm running statistics are averaged over ranks, and rank 0 alone validates and
+    writes (the logged training metrics are rank 0's slice). Batch norm normalises each slice
+    with its own statistics (no synchronised batch norm)."""
     from ..placement import resolve_device
 
     dev = resolve_device(device)
