@@ -152,11 +152,14 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
     )
 
 
-def confidence_interval(accuracies: Tensor) -> tuple[float, float]:
-    """``(mean, 1.96 * std / sqrt(n))`` of per-episode accuracies (``std`` with n - 1)."""
-    n = accuracies.numel()
-    std = float(accuracies.std()) if n > 1 else 0.0
-    return float(accuracies.mean()), 1.96 * std / n**0.5
+def confidence_interval(values: Tensor) -> tuple[float, float]:
+    """``(mean, half_width)`` of per-episode scores with ``half_width = 1.96 * std / sqrt(n)``
+    (sample std, ``n - 1``; 0 for n = 1): the 95% interval every evaluation reports."""
+    v = values.detach().to(torch.float64).flatten()
+    if v.numel() == 0:
+        raise TaskSpecError("confidence_interval: need at least one value")
+    std = v.std().item() if v.numel() > 1 else 0.0
+    return v.mean().item(), 1.96 * std / v.numel() ** 0.5
 
 
 def nearest_neighbour_accuracy(

@@ -3,7 +3,7 @@
 The protocol of the few-shot literature: sample ``episodes`` tasks (600 by default) from the
 held-out split, adapt on each support set, score each query set, and report the mean metric
 +- ``1.96 * std / sqrt(n)`` (normal approximation; ``std`` is the sample standard deviation,
-with ``n - 1``, as :func:`funcgraph.data.confidence_interval` uses too).
+with ``n - 1``; the one formula is :func:`funcgraph.data.confidence_interval`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..data.tasks import confidence_interval
 from ..errors import ConfigError
 from ..params import Params
 from ..random import Key
@@ -24,15 +25,6 @@ from .strategy import task_evals
 
 TaskSampler = Callable[[Key, int], Task]
 """``sample(key, num_tasks) -> Task``: a deterministic batch of tasks from one split."""
-
-
-def confidence_interval(values: Tensor) -> tuple[float, float]:
-    """``(mean, half_width)`` with ``half_width = 1.96 * std / sqrt(n)`` (sample std; 0 for n=1)."""
-    v = values.detach().to(torch.float64).flatten()
-    if v.numel() == 0:
-        raise ConfigError("confidence_interval: need at least one value")
-    std = v.std().item() if v.numel() > 1 else 0.0
-    return v.mean().item(), 1.96 * std / math.sqrt(v.numel())
 
 
 @dataclass(frozen=True)
