@@ -54,8 +54,29 @@ for _name in COMMANDS:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    Usage mistakes (an unknown flag, a bad value, a missing argument) print one line and exit
+    with code 2, as :func:`funcgraph.commands.common.user_errors` does for library errors,
+    instead of click's usage box.
+    """
+    import sys
+
+    from .commands.common import USER_ERROR_EXIT, err_console
+
+    # click's UsageError (unknown option, bad value, missing argument), whichever click typer
+    # uses (its own vendored copy in recent releases): BadParameter's base in every version.
+    usage_error: type[typer.BadParameter] = typer.BadParameter.__mro__[1]
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as e:
+        hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        err_console.print(f"[red]error:[/red] {e.format_message()}{hint}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(USER_ERROR_EXIT)
+    except typer.Abort:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

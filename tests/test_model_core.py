@@ -76,3 +76,16 @@ def test_norm_layers_reject_bad_shapes_with_shape_error():
     gp, gs = gn.init(random.key(0))
     with pytest.raises(ShapeError, match=r"group_norm: expected input \(B, 4, ...\)"):
         gn.apply(gp, gs, torch.randn(2, 6, 3))
+
+
+def test_console_script_usage_mistakes_are_one_line_exit_2():
+    import subprocess
+    import sys
+
+    for args in (["meta-train", "--bogus"], ["train", "--lr", "x"], ["nothing"]):
+        done = subprocess.run([sys.executable, "-m", "funcgraph", *args], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), (args, done.stderr)
+        assert "Traceback" not in done.stderr
