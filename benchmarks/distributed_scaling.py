@@ -25,8 +25,10 @@ from pathlib import Path
 
 
 def run(nproc: int, steps: int, meta_batch: int, cores: int, out: Path) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // nproc))}
+    threads = str(max(1, cores // nproc))
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
     cmd = [sys.executable, "-m", "funcgraph", "meta-train", "--tasks", "5way1shot",
+           "--threads", threads,
            "--steps", str(steps), "--meta-batch", str(meta_batch), "--validate-every", "0",
            "--episodes", "10", "--strategy", "loop", "--out", str(out), "--nproc", str(nproc)]
     subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
