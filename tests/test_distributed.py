@@ -26,7 +26,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(world: int, *args: str) -> list[subprocess.Popen]:
+def _launch(world: int, *args: str, script: Path = WORKER) -> list[subprocess.Popen]:
+    """One process per rank running ``script ARGS`` with torchrun's environment variables."""
     port = _free_port()
     procs = []
     for rank in range(world):
@@ -34,7 +35,7 @@ def _launch(world: int, *args: str) -> list[subprocess.Popen]:
                "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1",
                "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1])}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), *args], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
@@ -170,16 +171,7 @@ def test_search_on_two_ranks_stays_in_sync_and_writes_once(tmp_path):
     statistics (data parallelism without synchronised batch norm), which changes the numbers.
     """
     worker = Path(__file__).parent / "dist_search_worker.py"
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-               "PYTHONPATH": str(Path(__file__).parents[1])}
-        procs.append(subprocess.Popen([sys.executable, str(worker), str(tmp_path / "two")],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+    procs = _launch(2, str(tmp_path / "two"), script=worker)
     codes, outs = _wait(procs)
     assert codes == [0, 0], outs
     _, meta = load_checkpoint(tmp_path / "two" / "checkpoints" / "last")
