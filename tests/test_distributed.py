@@ -115,14 +115,13 @@ def test_single_process_env_is_a_no_op():
     distributed.assert_in_sync(g, env, 0)
 
 
-def test_meta_train_nproc_2_equals_one_process(tmp_path):
-    """`funcgraph meta-train --nproc 2` (torchrun, gloo) ends where one process ends."""
+def _one_and_two_processes(args: list[str], tmp_path: Path) -> tuple[dict, dict, dict]:
+    """Run the CLI ``args`` with ``--nproc 2`` (torchrun, gloo) and in this process; return
+    both ``last`` checkpoints' params and the 2-process checkpoint's metadata."""
     from typer.testing import CliRunner
 
     from funcgraph.cli import app
 
-    args = ["meta-train", "--dataset", "sinusoid", "--steps", "3", "--meta-batch", "8",
-            "--validate-every", "0", "--episodes", "4"]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run([sys.executable, "-m", "funcgraph", *args, "--nproc", "2", "--out",
@@ -133,34 +132,29 @@ def test_meta_train_nproc_2_equals_one_process(tmp_path):
     assert result.exit_code == 0, result.output
     two, meta_two = load_checkpoint(tmp_path / "two" / "checkpoints" / "last")
     one, _ = load_checkpoint(tmp_path / "one" / "checkpoints" / "last")
-    assert meta_two["world_size"] == 2
-    for n in one["params"]:
-        torch.testing.assert_close(two["params"][n], one["params"][n], rtol=1e-5, atol=1e-6)
+    return one["params"], two["params"], meta_two
+
+
+def test_meta_train_nproc_2_equals_one_process(tmp_path):
+    """`funcgraph meta-train --nproc 2` ends where one process ends."""
+    one, two, meta = _one_and_two_processes(
+        ["meta-train", "--dataset", "sinusoid", "--steps", "3", "--meta-batch", "8",
+         "--validate-every", "0", "--episodes", "4"], tmp_path)
+    assert meta["world_size"] == 2
+    for n in one:
+        torch.testing.assert_close(two[n], one[n], rtol=1e-5, atol=1e-6)
 
 
 def test_train_nproc_2_equals_one_process(tmp_path):
     """`funcgraph train --nproc 2` averages gradients over half-batches: same params as one."""
-    from typer.testing import CliRunner
-
-    from funcgraph.cli import app
-
-    args = ["train", "--model", "rnn", "--steps", "3", "--batch-size", "8",
-            "--validate-every", "0"]
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-           "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run([sys.executable, "-m", "funcgraph", *args, "--nproc", "2", "--out",
-                           str(tmp_path / "two")], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "one")])
-    assert result.exit_code == 0, result.output
-    two, meta_two = load_checkpoint(tmp_path / "two" / "checkpoints" / "last")
-    one, _ = load_checkpoint(tmp_path / "one" / "checkpoints" / "last")
-    assert meta_two["world_size"] == 2
+    one, two, meta = _one_and_two_processes(
+        ["train", "--model", "rnn", "--steps", "3", "--batch-size", "8", "--validate-every",
+         "0"], tmp_path)
+    assert meta["world_size"] == 2
     # float32 Adam divides by sqrt of tiny second moments, which magnifies summation-order
     # rounding; 1e-5 is 1% of one step (lr 1e-3), far below what a missing all-reduce gives.
-    for n in one["params"]:
-        torch.testing.assert_close(two["params"][n], one["params"][n], rtol=1e-4, atol=1e-5)
+    for n in one:
+        torch.testing.assert_close(two[n], one[n], rtol=1e-4, atol=1e-5)
 
 
 def test_search_on_two_ranks_stays_in_sync_and_writes_once(tmp_path):
