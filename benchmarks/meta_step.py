@@ -35,32 +35,9 @@ from torch import Tensor, nn
 from funcgraph import bind, random
 from funcgraph.meta import Task, maml, mean_task_grads
 from funcgraph.models import conv4
+from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
 from funcgraph.train import adam
-
-
-class Conv4Module(nn.Module):
-    """conv4 as an ``nn.Module`` with the same parameter names as ``funcgraph.models.conv4``."""
-
-    def __init__(self, ways: int, hidden: int, variant: str) -> None:
-        super().__init__()
-        stride = 2 if variant == "strided" else 1
-        self.variant = variant
-        for i in range(4):
-            block = nn.Module()
-            block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
-            block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
-            self.add_module(f"block{i + 1}", block)
-        self.head = nn.Linear(hidden, ways)
-
-    def forward(self, x: Tensor) -> Tensor:
-        for i in range(4):
-            block = getattr(self, f"block{i + 1}")
-            x = F.relu(block.norm(block.conv(x)))
-            if self.variant == "pool":
-                x = F.max_pool2d(x, 2)
-        x = x.mean((2, 3)) if self.variant == "strided" else x.flatten(1)
-        return self.head(x)
 
 
 def clone_module(module: nn.Module) -> nn.Module:
@@ -143,7 +120,7 @@ def main() -> None:
     dtype = torch.float32
     model = conv4(args.ways, hidden=args.hidden, variant=args.variant)
     params, state = model.init(random.key(args.seed))
-    module = Conv4Module(args.ways, args.hidden, args.variant)
+    module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
     module.load_state_dict(params)
     tasks = make_tasks(args, dtype)
     learner = maml(bind(model, state), inner_steps=args.inner_steps, inner_lr=args.inner_lr)

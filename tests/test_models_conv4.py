@@ -4,37 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from funcgraph import bind, random
 from funcgraph.errors import ConfigError
 from funcgraph.models import REGISTRY, build, conv4, mlp
-
-
-class TorchConv4(nn.Module):
-    """The reference: nn.Conv2d / nn.BatchNorm2d(track_running_stats=False) / ReLU / pool."""
-
-    def __init__(self, ways: int, hidden: int, variant: str, size: int) -> None:
-        super().__init__()
-        stride = 2 if variant == "strided" else 1
-        self.variant = variant
-        for i in range(4):
-            block = nn.Module()
-            block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
-            block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
-            self.add_module(f"block{i + 1}", block)
-        for _ in range(4):
-            size = (size + 1) // 2 if variant == "strided" else size // 2
-        self.head = nn.Linear(hidden if variant == "strided" else hidden * size * size, ways)
-
-    def forward(self, x: Tensor) -> Tensor:
-        for i in range(4):
-            block = getattr(self, f"block{i + 1}")
-            x = F.relu(block.norm(block.conv(x)))
-            if self.variant == "pool":
-                x = F.max_pool2d(x, 2)
-        return self.head(x.mean((2, 3)) if self.variant == "strided" else x.flatten(1))
+from funcgraph.models.conv4 import conv4_module
 
 
 @pytest.mark.parametrize("variant,size", [("strided", 28), ("pool", 28), ("pool", 32)])
@@ -42,7 +17,7 @@ def test_conv4_matches_torch_module(variant: str, size: int) -> None:
     model = conv4(5, hidden=8, variant=variant, image_size=size, dtype=torch.float64)
     params, state = model.init(random.key(0))
     assert state == {}, "transductive batch norm keeps no running statistics"
-    ref = TorchConv4(5, 8, variant, size).double()
+    ref = conv4_module(5, hidden=8, variant=variant, image_size=size).double()
     assert list(params) == list(ref.state_dict()), "param names follow the nn.Module's"
     ref.load_state_dict(params)
     x = random.uniform(random.key(1), (6, 1, size, size), dtype=torch.float64)

@@ -23,7 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+from torch import nn as torch_nn
 
 from .. import nn
 from ..errors import ConfigError
@@ -96,4 +98,39 @@ def conv4(
     return nn.composite("conv4", children, forward, **meta)
 
 
-__all__ = ["VARIANTS", "conv4"]
+class _TorchConv4(torch_nn.Module):
+    def __init__(self, ways: int, hidden: int, variant: str, image_size: int) -> None:
+        super().__init__()
+        stride = 2 if variant == "strided" else 1
+        self.variant = variant
+        size = image_size
+        for i in range(4):
+            block = torch_nn.Module()
+            block.conv = torch_nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
+            block.norm = torch_nn.BatchNorm2d(hidden, track_running_stats=False)
+            self.add_module(f"block{i + 1}", block)
+            size = (size + 1) // 2 if variant == "strided" else size // 2
+        self.head = torch_nn.Linear(hidden if variant == "strided" else hidden * size * size, ways)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i in range(4):
+            block = getattr(self, f"block{i + 1}")
+            x = F.relu(block.norm(block.conv(x)))
+            if self.variant == "pool":
+                x = F.max_pool2d(x, 2)
+        return self.head(x.mean((2, 3)) if self.variant == "strided" else x.flatten(1))
+
+
+def conv4_module(
+    ways: int, *, hidden: int = 64, variant: str = "strided", image_size: int = 28
+) -> torch_nn.Module:
+    """conv4 written as a plain ``torch.nn`` module with the same parameter names: the
+    reference the tests compare against and the baseline the meta-step benchmark clones
+    (one input channel; ``Conv2d`` / ``BatchNorm2d(track_running_stats=False)`` / ReLU,
+    max-pool in the ``pool`` variant). ``load_state_dict(params)`` takes conv4's params."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"conv4_module: variant must be one of {VARIANTS}, got {variant!r}")
+    return _TorchConv4(ways, hidden, variant, image_size)
+
+
+__all__ = ["VARIANTS", "conv4", "conv4_module"]
