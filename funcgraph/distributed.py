@@ -17,7 +17,8 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -83,10 +84,30 @@ def init(
     return DistEnv(rank, world, local_rank, backend)
 
 
-def shutdown(env: DistEnv) -> None:
-    """Leave the process group (safe to call for a single-process env)."""
+def shutdown(env: DistEnv, *, wait: bool = True) -> None:
+    """Leave the process group (safe to call for a single-process env).
+
+    With ``wait`` the ranks meet at a barrier first: a rank that tears its gloo connections
+    down while a peer is still finishing (rank 0 writing the last files) can abort at exit
+    ("terminate called without an active exception"). After a failure pass ``wait=False``:
+    the peers may be gone, and the job is ending anyway.
+    """
     if env.active and dist.is_initialized():
+        if wait:
+            _collective(env, "final barrier", dist.barrier)
         dist.destroy_process_group()
+
+
+@contextmanager
+def joined(env: DistEnv) -> Iterator[DistEnv]:
+    """``with joined(env): ...`` leaves the process group when the block ends: after a
+    barrier when it succeeded, at once when it raised."""
+    try:
+        yield env
+    except BaseException:
+        shutdown(env, wait=False)
+        raise
+    shutdown(env)
 
 
 def barrier(env: DistEnv) -> None:
@@ -215,6 +236,7 @@ __all__ = [
     "barrier",
     "checksum",
     "init",
+    "joined",
     "launched_by_torchrun",
     "rank_keys",
     "shard",

@@ -134,11 +134,9 @@ def meta_train(
         out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"
     if env.is_main:
         console.print(f"run directory: {out}", highlight=False)
-    try:
+    with distributed.joined(env):
         meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
                    echo=lambda line: console.print(line, highlight=False))
-    finally:
-        distributed.shutdown(env)
 
 
 def register(app: typer.Typer) -> None:

@@ -97,10 +97,8 @@ def search(
         console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "
                       f"device {dev}, {env.world_size} process(es)", highlight=False)
-    try:
+    with distributed.joined(env):
         result = run_search(out, data, cfg, resume=resume, device=dev, env=env)
-    finally:
-        distributed.shutdown(env)
     if not env.is_main:
         return
     g = result.genotype

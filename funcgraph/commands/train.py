@@ -74,11 +74,9 @@ def train(
         out = Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     if env.is_main:
         console.print(f"run directory: {out}", highlight=False)
-    try:
+    with distributed.joined(env):
         fit(cfg, out, resume=resume, device=device, env=env,
             echo=lambda line: console.print(line, highlight=False))
-    finally:
-        distributed.shutdown(env)
 
 
 def register(app: typer.Typer) -> None:
