@@ -82,10 +82,13 @@ def test_console_script_usage_mistakes_are_one_line_exit_2():
     import subprocess
     import sys
 
-    for args in (["meta-train", "--bogus"], ["train", "--lr", "x"], ["nothing"]):
+    for args in (["meta-train", "--bogus"], ["train", "--lr", "x"], ["nothing"],
+                 ["train", "--nproc", "2"]):
         done = subprocess.run([sys.executable, "-m", "funcgraph", *args], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2, (args, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:"), (args, done.stderr)
         assert "Traceback" not in done.stderr
+        if "--nproc" in args:
+            assert "needs --out RUN_DIR shared by all ranks" in done.stderr
