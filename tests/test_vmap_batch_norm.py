@@ -156,3 +156,32 @@ def test_vmap_over_param_stack_equals_loop(tasks: int, batch: int, train: bool, 
             torch.testing.assert_close(grads[n][i], want_g[n], rtol=1e-10, atol=1e-12, msg=n)
         for n in state:
             torch.testing.assert_close(states[n][i], want_s[n], rtol=1e-12, atol=1e-12, msg=n)
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh"])
+def test_native_kernel_outside_transforms_equals_mean_var_form_inside(act: str) -> None:
+    """funcgraph's batch norm takes the native kernel under plain autograd and the mean/var
+    form under ``torch.func``: second-order gradients and running statistics agree."""
+    model = _net("funcgraph", act)
+    params, state = _params(model, 0)
+    _, inside = _maml_outer_grads(model, params, state, True, 0)  # torch.func.grad: mean/var
+    f = fg.bind(model, state, train=True)
+    leaves = {n: p.clone().requires_grad_() for n, p in params.items()}
+    total = torch.zeros((), dtype=DT)
+    for xs, ys, xq, yq in zip(*_episodes(0), strict=True):  # plain autograd: native kernel
+        g = torch.autograd.grad(F.cross_entropy(f(leaves, xs), ys), list(leaves.values()),
+                                create_graph=True)
+        adapted = {n: p - 0.4 * dp for (n, p), dp in zip(leaves.items(), g, strict=True)}
+        total = total + F.cross_entropy(f(adapted, xq), yq)
+    outside = dict(zip(leaves, torch.autograd.grad(total, list(leaves.values())), strict=True))
+    diff = _max_diff(outside, inside)
+    assert max(diff.values()) < 1e-10, f"native (plain autograd) vs mean/var (grad): {diff}"
+
+    x = _episodes(1)[0][0]
+    _, plain_state = model.apply(params, state, x, train=True)
+    _, func_state = grad(lambda p: (model.apply(p, state, x, train=True)[0].sum(),
+                                    model.apply(p, state, x, train=True)[1]),
+                         has_aux=True)(params)
+    for n in state:
+        torch.testing.assert_close(plain_state[n], func_state[n], rtol=1e-12, atol=1e-12,
+                                   msg=n)

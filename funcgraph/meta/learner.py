@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..control import in_transform
 from ..errors import ConfigError
 from ..params import Params
 
@@ -128,11 +129,6 @@ class MetaLearner:
     hparams: dict[str, Any] = field(default_factory=dict)
 
 
-def transformed() -> bool:
-    """True inside a ``torch.func`` transform (``vmap``, ``grad``...)."""
-    return torch._C._functorch.maybe_current_level() is not None
-
-
 def grad_of(
     fn: Callable[[Params], Tensor], params: Params, *, create_graph: bool = False
 ) -> Params:
@@ -144,7 +140,7 @@ def grad_of(
     result differentiable (second order); inside a transform that is automatic and
     ``create_graph=False`` detaches the result instead.
     """
-    if transformed():
+    if in_transform():
         grads = torch.func.grad(fn)(params)
         return grads if create_graph else {n: g.detach() for n, g in grads.items()}
     leaves = {n: p if p.requires_grad else p.detach().requires_grad_() for n, p in params.items()}
@@ -167,7 +163,7 @@ def task_grad_of(fn: Callable[[Params, Task], tuple[Tensor, Tensor]]) -> TaskGra
             out["loss"], out["metric"] = loss.detach(), metric.detach()
             return loss
 
-        if transformed():
+        if in_transform():
             grads, (loss, metric) = torch.func.grad_and_value(fn, has_aux=True)(meta_params, task)
             return grads, loss.detach(), metric
         grads = grad_of(loss_only, {n: p.detach() for n, p in meta_params.items()})
@@ -195,5 +191,4 @@ __all__ = [
     "model_params",
     "objective",
     "task_grad_of",
-    "transformed",
 ]

@@ -1,11 +1,14 @@
 """Normalisation layers with explicit state.
 
-Batch norm is written with ``mean``/``var`` rather than the native ``F.batch_norm`` kernel:
-in torch 2.13, ``vmap`` over native batch norm in training mode gives wrong second-order
-gradients for parameters upstream of the norm (about 1e-2 off in float64), while this form
-matches a Python loop to rounding. MAML over a ``vmap`` of tasks depends on it. Evaluation
-with running statistics is a fixed affine map and uses the native kernel. Running statistics
-are returned as new state, never updated in place.
+Inside ``torch.func`` transforms, batch norm with batch statistics is written with
+``mean``/``var`` rather than the native ``F.batch_norm`` kernel: in torch 2.13, ``vmap`` over
+native batch norm in training mode gives wrong second-order gradients for parameters upstream
+of the norm (about 1e-2 off in float64), while this form matches a Python loop to rounding.
+MAML over a ``vmap`` of tasks depends on it. Outside transforms (plain autograd, including
+second order with ``create_graph``) the native kernel is exact and faster forward and
+backward, so it is used there; the tests compare both forms' second-order gradients.
+Evaluation with running statistics is a fixed affine map and always uses the native kernel.
+Running statistics are returned as new state, never updated in place.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..control import in_transform
 from ..errors import ShapeError
 from ..model import Model
 from ..params import Params, State
@@ -65,6 +69,17 @@ def batch_norm(
                 f"{tuple(x.shape)}; use a larger batch or train=False"
             )
         new_state = state
+        if use_batch and not in_transform() and x.numel() > num_features:
+            # (the native kernel refuses one value per channel; the form below gives var 0)
+            if train and track_running_stats:
+                new_state = dict(state)  # the native kernel updates these in place
+                new_state["running_mean"] = state["running_mean"].clone()
+                new_state["running_var"] = state["running_var"].clone()
+                new_state["num_batches_tracked"] = state["num_batches_tracked"] + 1
+            y = F.batch_norm(x, new_state.get("running_mean"), new_state.get("running_var"),
+                             params.get("weight"), params.get("bias"),
+                             True, momentum, eps)
+            return y, new_state
         if use_batch:
             mean = x.mean(dim=dims)
             # two-pass form: same value as x.var(unbiased=False), ~40x faster on CPU in torch 2.13
