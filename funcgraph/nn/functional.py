@@ -18,6 +18,20 @@ from ..params import Params, State
 from ..random import Key
 
 
+def channels_last(x: Tensor) -> Tensor:
+    """``x`` (4-D) laid out channels-last (NHWC in memory), for faster CPU convolutions,
+    batch norm and pooling downstream; the same values.
+
+    ``x.contiguous(memory_format=torch.channels_last)`` leaves a contiguous one-channel
+    tensor as it is (both layouts are valid for it), so convolutions would still produce
+    NCHW outputs; here such a tensor gets the channels-last strides as a view (no copy), which
+    convolutions read as a request for channels-last outputs.
+    """
+    if x.dim() == 4 and x.shape[1] == 1 and x.is_contiguous():
+        return x.as_strided(x.shape, (x.stride(0), 1, x.stride(2), x.stride(3)))
+    return x.contiguous(memory_format=torch.channels_last)
+
+
 def lift(fn: Callable[[Tensor], Tensor], name: str | None = None, **meta: Any) -> Model:
     """A parameter-free Model computing ``fn(x)``."""
 
@@ -112,6 +126,7 @@ def adaptive_max_pool2d(output_size: int | tuple[int, int]) -> Model:
 
 __all__ = [
     "adaptive_avg_pool2d",
+    "channels_last",
     "adaptive_max_pool2d",
     "avg_pool2d",
     "elu",
