@@ -78,23 +78,27 @@ def assert_grads_close(got: Params, want: Params, what: str) -> None:
                                    msg=lambda m, n=n: f"{what}: {n}: {m}")
 
 
+@pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("steps", [1, 2])
-def test_maml_second_order_equals_unrolled_reference(strategy: str, steps: int) -> None:
+@pytest.mark.parametrize("steps", [1, 3])
+def test_maml_second_order_equals_unrolled_reference(strategy: str, steps: int,
+                                                     remat: bool) -> None:
     apply, params = tiny_model()
     tasks = tiny_tasks()
-    learner = maml(apply, inner_steps=steps, inner_lr=0.3)
+    learner = maml(apply, inner_steps=steps, inner_lr=0.3, remat=remat)
     got, _, _ = mean_task_grads(learner.task_grad, learner.init(params), tasks, strategy=strategy)
     want = reference_meta_grad(apply, params, tasks, steps=steps, lr=0.3, first_order=False)
     assert_grads_close(got, want, f"maml {strategy} steps={steps}")
 
 
+@pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_fomaml_is_maml_without_second_order_term(strategy: str) -> None:
+def test_fomaml_is_maml_without_second_order_term(strategy: str, remat: bool) -> None:
     apply, params = tiny_model()
     tasks = tiny_tasks(2)
-    got, _, _ = mean_task_grads(fomaml(apply, inner_steps=2, inner_lr=0.3).task_grad, params,
-                                tasks, strategy=strategy)
+    got, _, _ = mean_task_grads(
+        fomaml(apply, inner_steps=2, inner_lr=0.3, remat=remat).task_grad, params, tasks,
+        strategy=strategy)
     want = reference_meta_grad(apply, params, tasks, steps=2, lr=0.3, first_order=True)
     assert_grads_close(got, want, f"fomaml {strategy}")
     second, _, _ = mean_task_grads(maml(apply, inner_steps=2, inner_lr=0.3).task_grad, params,
@@ -103,11 +107,13 @@ def test_fomaml_is_maml_without_second_order_term(strategy: str) -> None:
     assert gap > 1e-6, "the second-order term should matter for this model"
 
 
+@pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_metasgd_rates_get_reference_gradients(strategy: str) -> None:
+@pytest.mark.parametrize("steps", [1, 2])
+def test_metasgd_rates_get_reference_gradients(strategy: str, steps: int, remat: bool) -> None:
     apply, params = tiny_model()
     tasks = tiny_tasks(3)
-    learner = metasgd(apply, inner_lr=0.2)
+    learner = metasgd(apply, inner_lr=0.2, inner_steps=steps, remat=remat)
     meta = learner.init(params)
     rates = [n for n in meta if n.startswith(LR_PREFIX)]
     assert len(rates) == len(params), "one learned rate tensor per parameter"
@@ -116,17 +122,19 @@ def test_metasgd_rates_get_reference_gradients(strategy: str) -> None:
                                              dtype=DT))
             if n.startswith(LR_PREFIX) else p for i, (n, p) in enumerate(meta.items())}
     got, _, _ = mean_task_grads(learner.task_grad, meta, tasks, strategy=strategy)
-    want = reference_meta_grad(apply, meta, tasks, steps=1, lr=0.2, first_order=False)
+    want = reference_meta_grad(apply, meta, tasks, steps=steps, lr=0.2, first_order=False)
     assert_grads_close(got, want, f"metasgd {strategy}")
     assert all(got[n].abs().sum() > 0 for n in rates), "every learned rate gets a gradient"
 
 
+@pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_anil_adapts_only_the_head(strategy: str) -> None:
+def test_anil_adapts_only_the_head(strategy: str, remat: bool) -> None:
     apply, params = tiny_model()
     tasks = tiny_tasks(4)
-    got, _, _ = mean_task_grads(anil(apply, inner_steps=2, inner_lr=0.3).task_grad, params,
-                                tasks, strategy=strategy)
+    got, _, _ = mean_task_grads(
+        anil(apply, inner_steps=2, inner_lr=0.3, remat=remat).task_grad, params, tasks,
+        strategy=strategy)
     want = reference_meta_grad(apply, params, tasks, steps=2, lr=0.3, first_order=False,
                                only="head")
     assert_grads_close(got, want, f"anil {strategy}")
@@ -141,3 +149,4 @@ def test_vmap_and_loop_report_the_same_loss_and_accuracy() -> None:
                                        chunk_size=2)
     torch.testing.assert_close(loss_l, loss_v)
     torch.testing.assert_close(acc_l, acc_v)
+

@@ -17,7 +17,7 @@ from .learner import (
     model_params,
     objective,
 )
-from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, task_loss
+from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, remat_task_grad, task_loss
 from .protonet import protonet, protonet_logits, prototypes, squared_distances
 from .reptile import reptile
 from .strategy import (
@@ -59,6 +59,7 @@ __all__ = [
     "protonet",
     "protonet_logits",
     "prototypes",
+    "remat_task_grad",
     "reptile",
     "resolve_strategy",
     "squared_distances",

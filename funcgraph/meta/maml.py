@@ -16,6 +16,16 @@ One inner loop serves all four (Finn et al. 2017; Li et al. 2017; Raghu et al. 2
 The inner gradient is ``torch.func.grad`` inside transforms (so an outer ``torch.func.grad``
 gives the meta-gradient and ``vmap`` maps it over tasks) and plain autograd with
 ``create_graph`` outside them (the loop strategy): same numbers, less overhead.
+
+**Rematerialised second order** (``remat=True``, :func:`remat_task_grad`): instead of keeping
+the autograd graph of every inner step alive until the query loss is differentiated, run the
+inner loop without a graph (storing only each step's params), differentiate the query loss at
+the adapted params with a plain first-order backward, then walk the inner steps backwards,
+each step's Jacobian ``I - lr * H`` applied as one Hessian-vector product on the support set
+(its forward recomputed). The meta-gradient is the same to rounding; peak memory is one
+step's graph whatever the number of inner steps, and the query pass, the large one, is
+first order, so it takes the fastest kernels (native batch norm). It costs one more support
+forward and backward per inner step.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..control import in_transform
 from ..errors import ConfigError
 from ..params import Params
 from .learner import (
@@ -34,6 +45,7 @@ from .learner import (
     MetaLearner,
     Objective,
     Task,
+    TaskGradFn,
     grad_of,
     model_params,
     objective,
@@ -118,12 +130,109 @@ def task_loss(
     as the per-parameter inner learning rates. Differentiate this (``torch.func.grad`` with
     ``has_aux``) for the meta-gradient.
     """
-    params = model_params(meta_params)
-    lrs = {n[len(LR_PREFIX):]: p for n, p in meta_params.items() if n.startswith(LR_PREFIX)}
+    params, lrs = _split_rates(meta_params)
     fast = adapt(apply, params, task.support_x, task.support_y, loss=objective.loss,
-                 inner=inner, lrs=lrs or None)
+                 inner=inner, lrs=lrs)
     pred = apply(fast, task.query_x)
     return objective.loss(pred, task.query_y), objective.metric(pred, task.query_y)
+
+
+def _split_rates(meta_params: Params) -> tuple[Params, Params | None]:
+    """``(model params, Meta-SGD rates by param name or None)``."""
+    lrs = {n[len(LR_PREFIX):]: p for n, p in meta_params.items() if n.startswith(LR_PREFIX)}
+    return model_params(meta_params), lrs or None
+
+
+QueryGradFn = Callable[[Params, Tensor, Tensor], tuple[Params, Tensor, Tensor]]
+"""``(params, query_x, query_y) -> (grads, loss, metric)``: first-order, one task."""
+
+
+def query_grad_fn(apply: ApplyFn, objective: Objective) -> QueryGradFn:
+    """The first-order query pass of :func:`remat_task_grad`: plain autograd outside
+    ``torch.func`` transforms, ``torch.func.grad_and_value`` inside them (``vmap``)."""
+
+    def loss_and_pred(params: Params, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        pred = apply(params, x)
+        return objective.loss(pred, y), pred
+
+    def query_grad(params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor, Tensor]:
+        if in_transform():
+            def loss_metric(p: Params) -> tuple[Tensor, Tensor]:
+                loss, pred = loss_and_pred(p, x, y)
+                return loss, objective.metric(pred, y)
+
+            grads, (loss, metric) = torch.func.grad_and_value(loss_metric, has_aux=True)(params)
+            return grads, loss.detach(), metric
+        leaves = {n: t.detach().requires_grad_() for n, t in params.items()}
+        with torch.enable_grad():
+            loss, pred = loss_and_pred(leaves, x, y)
+            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        return ({n: torch.zeros_like(t) if g is None else g
+                 for (n, t), g in zip(leaves.items(), grads, strict=True)},
+                loss.detach(), objective.metric(pred.detach(), y))
+
+    return query_grad
+
+
+def remat_task_grad(
+    apply: ApplyFn,
+    *,
+    objective: Objective,
+    inner: InnerLoop,
+    query_grad: QueryGradFn | None = None,
+) -> TaskGradFn:
+    """One task's meta-gradient with the inner loop rematerialised (see the module docs).
+
+    For inner steps ``theta[k+1] = theta[k] - lr * g(theta[k])`` on the adapted params ``A``
+    (``g`` the support-loss gradient), the reverse pass starts from ``v = dL_query/dtheta[K]``
+    and applies, from the last step to the first, ``v <- v - d/dtheta (g_A(theta[k]) . (lr *
+    v_A))``: the vector-Jacobian product of one step, a Hessian-vector product. Meta-SGD's
+    rates get ``-sum_k g_A(theta[k]) * v_A`` (with ``v`` after step ``k``). First order skips
+    the Hessian term. Equal to differentiating :func:`task_loss`, to rounding.
+    """
+    query = query_grad or query_grad_fn(apply, objective)
+
+    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        params, lrs = _split_rates({n: p.detach() for n, p in meta_params.items()})
+        adapted = [n for n in params if inner.adapts(n)]
+        if not adapted:
+            raise ConfigError(f"adapt: no parameter name starts with {inner.adapt_prefix!r}.")
+
+        def support_grad(p: Params, *, create_graph: bool = False) -> Params:
+            frozen = {n: t for n, t in p.items() if n not in adapted}
+            return grad_of(
+                lambda f: objective.loss(apply({**frozen, **f}, task.support_x), task.support_y),
+                {n: p[n] for n in adapted}, create_graph=create_graph)
+
+        def rate(n: str) -> Tensor | float:
+            return lrs[n] if lrs is not None else inner.lr
+
+        def hessian_vector(p: Params, u: Params) -> Params:
+            """``d/dtheta (g_A(p) . u)`` over every param: one step's second-order term."""
+            return grad_of(lambda q: torch.stack(
+                [(g * u[n]).sum() for n, g in support_grad(q, create_graph=True).items()]
+            ).sum(), p)
+
+        # Forward: the params before each inner step and that step's gradient, no graph kept.
+        trajectory: list[tuple[Params, Params]] = []
+        p = params
+        for _ in range(inner.steps):
+            g = support_grad(p)
+            trajectory.append((p, g))
+            p = {**p, **{n: p[n] - rate(n) * g[n] for n in adapted}}
+        v, loss, metric = query(p, task.query_x, task.query_y)
+        # Reverse: v <- v - H(p_k) (rate * v_A), from the last step to the first.
+        rate_grads = {n: torch.zeros_like(params[n]) for n in adapted} if lrs else {}
+        for p, g in reversed(trajectory):
+            for n in rate_grads:
+                rate_grads[n] = rate_grads[n] - g[n] * v[n]
+            if not inner.first_order:
+                hvp = hessian_vector(p, {n: rate(n) * v[n] for n in adapted})
+                v = {n: v[n] - hvp[n] for n in v}
+        grads = {**v, **{LR_PREFIX + n: t for n, t in rate_grads.items()}}
+        return {n: grads[n] for n in meta_params}, loss, metric
+
+    return task_grad
 
 
 def maml(
@@ -136,6 +245,7 @@ def maml(
     first_order: bool = False,
     learn_lr: bool = False,
     adapt_prefix: str | None = None,
+    remat: bool = False,
     name: str | None = None,
 ) -> MetaLearner:
     """MAML (second order by default) as a :class:`MetaLearner`.
@@ -148,6 +258,8 @@ def maml(
         first_order: first-order MAML.
         learn_lr: Meta-SGD (per-parameter learned inner rates, initialised to ``inner_lr``).
         adapt_prefix: adapt only params under this prefix (ANIL: ``"head"``).
+        remat: rematerialise the inner loop (:func:`remat_task_grad`): same meta-gradient,
+            peak memory of one inner step, first-order query pass.
     """
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order, adapt_prefix)
@@ -165,7 +277,8 @@ def maml(
     def loss_fn(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
         return task_loss(apply, meta_params, task, objective=obj, inner=train_inner)
 
-    task_grad = task_grad_of(loss_fn)
+    task_grad = (remat_task_grad(apply, objective=obj, inner=train_inner)
+                 if remat else task_grad_of(loss_fn))
 
     def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
         loss, metric = task_loss(apply, meta_params, task, objective=obj, inner=eval_inner)
@@ -175,7 +288,8 @@ def maml(
         "fomaml" if first_order else "maml")
     hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr,
                "eval_steps": eval_inner.steps, "first_order": first_order,
-               "learn_lr": learn_lr, "adapt_prefix": adapt_prefix, "kind": kind}
+               "learn_lr": learn_lr, "adapt_prefix": adapt_prefix, "kind": kind,
+               "remat": remat}
     return MetaLearner(name or default, init, task_grad, task_eval, obj, hparams)
 
 
@@ -194,4 +308,5 @@ def anil(apply: ApplyFn, *, head: str = "head", **kw: object) -> MetaLearner:
     return maml(apply, adapt_prefix=head, **kw)  # type: ignore[arg-type]
 
 
-__all__ = ["InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "task_loss"]
+__all__ = ["InnerLoop", "QueryGradFn", "adapt", "anil", "fomaml", "maml", "metasgd",
+           "query_grad_fn", "remat_task_grad", "task_loss"]
