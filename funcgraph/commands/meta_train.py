@@ -65,6 +65,10 @@ def meta_train(
                        ] = None,
     first_order: Annotated[bool, typer.Option(
         "--first-order", help="Drop the second-order term (first-order MAML).")] = False,
+    remat: Annotated[bool, typer.Option(
+        "--remat", help="Memory-saving second order: keep only each inner step's params and "
+                        "recompute its graph in the backward pass (same meta-gradient; peak "
+                        "memory of one inner step). MAML, Meta-SGD, ANIL.")] = False,
     train_queries: Annotated[int | None, typer.Option(
         min=1, help="Query examples per class in meta-training (default 1 for MAML).")] = None,
     rotate: Annotated[bool, typer.Option(
@@ -121,7 +125,8 @@ def meta_train(
         data_root=str(data_root) if data_root is not None else None,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
-        first_order=first_order or None, train_queries=train_queries, rotate=rotate or None,
+        first_order=first_order or None, remat=remat or None, train_queries=train_queries,
+        rotate=rotate or None,
         strategy=strategy.value, validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,
         seed=seed,

@@ -58,6 +58,7 @@ class MetaTrainConfig:
     inner_lr: float = 0.5
     meta_lr: float = 3e-3
     first_order: bool = False
+    remat: bool = False
     strategy: str = "auto"
     seed: int = 0
     validate_every: int = 250
@@ -77,6 +78,9 @@ class MetaTrainConfig:
                                   f"got {getattr(self, name)}")
         if self.inner_steps < 0 or self.inner_steps_eval < 0:
             raise ConfigError("--inner-steps and --inner-steps-eval must be >= 0")
+        if self.remat and self.algo in ("reptile", "protonet"):
+            raise ConfigError(f"--remat applies to the MAML family (maml, fomaml, metasgd, "
+                              f"anil); {self.algo} keeps no second-order graph")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +131,8 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
         return reptile(apply, **kw)
     first_order = cfg.first_order or cfg.algo == "fomaml"
     return maml(apply, first_order=first_order, learn_lr=cfg.algo == "metasgd",
-                adapt_prefix="head" if cfg.algo == "anil" else None, name=cfg.algo, **kw)
+                adapt_prefix="head" if cfg.algo == "anil" else None, remat=cfg.remat,
+                name=cfg.algo, **kw)
 
 
 def init_params(cfg: MetaTrainConfig, learner: MetaLearner, *,
