@@ -4,13 +4,18 @@ The baseline is what learn2learn does: for each task, clone the module's paramet
 clones stay in the autograd graph), adapt with ``torch.autograd.grad(create_graph=True)`` and
 by swapping the adapted tensors into the module, then ``backward()`` the query loss into the
 shared parameters; Adam steps once per meta-batch. funcgraph runs the same computation as a
-pure function (``funcgraph.meta.maml`` over ``conv4``) with each execution strategy.
+pure function (``funcgraph.meta.maml`` over ``conv4``) in each variant named by
+``--strategies``: ``loop``, ``vmap`` or ``vmapN`` (N tasks at a time), optionally with
+``+remat`` (the rematerialised meta-gradient: first-order query pass, one Hessian-vector
+product per inner step; the memory-saving mode).
 
 Timings are interleaved (baseline, then each funcgraph variant, repeated), so load changes on
 a shared machine hit all alike; the table shows medians. Before timing, the meta-gradients of
 every variant are compared with the baseline's on the same batch. Peak RSS is measured per
-variant by resetting the kernel's high-water mark (``/proc/self/clear_refs``) before its
-step. GFLOP/s divides the useful work (FLOPs of the baseline step, counted once with
+variant in a fresh process (``--peak-of``) that builds the same batch and runs that variant's
+step twice, resetting the kernel's high-water mark (``/proc/self/clear_refs``) before the
+second, so that memory freed by other variants or kept by a compilation cannot blur it.
+GFLOP/s divides the useful work (FLOPs of the baseline step, counted once with
 ``torch.utils.flop_counter``) by each variant's time.
 
 Example (the issue's configuration; prints a table and JSON lines)::
@@ -24,6 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from funcgraph import bind, random
-from funcgraph.meta import Task, maml, mean_task_grads
+from funcgraph.meta import MetaLearner, Task, maml, mean_task_grads
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
@@ -97,6 +104,13 @@ def peak_rss_gb() -> float:
     return float("nan")
 
 
+def peak_rss_in_child(variant: str) -> float:
+    """Peak RSS (GB) of one step of ``variant``, measured in a fresh process."""
+    out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--peak-of", variant],
+                         check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ways", type=int, default=5)
@@ -107,23 +121,39 @@ def main() -> None:
     p.add_argument("--inner-lr", type=float, default=0.4)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
-    p.add_argument("--strategies", default="loop,vmap,vmap8",
-                   help="funcgraph variants: loop, vmap, vmapN (vmap N tasks at a time)")
+    p.add_argument("--strategies", default="loop,loop+remat,vmap8",
+                   help="funcgraph variants: loop, vmap, vmapN (vmap N tasks at a time), "
+                        "each optionally +remat")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="float64 for several inner steps: float32 rounding grows through "
+                        "the steps, and the gradient check needs agreement")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: perf_counter; cpu: process CPU time (robust on a shared machine)")
+    p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
     args = p.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
 
     torch.manual_seed(args.seed)
-    dtype = torch.float32
-    model = conv4(args.ways, hidden=args.hidden, variant=args.variant)
+    dtype = getattr(torch, args.dtype)
+    model = conv4(args.ways, hidden=args.hidden, variant=args.variant, dtype=dtype)
     params, state = model.init(random.key(args.seed))
     module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
-    module.load_state_dict(params)
+    module.to(dtype).load_state_dict(params)
     tasks = make_tasks(args, dtype)
-    learner = maml(bind(model, state), inner_steps=args.inner_steps, inner_lr=args.inner_lr)
+    def parse(spec: str) -> tuple[str, int | None, MetaLearner]:
+        """``(strategy, chunk size, learner)`` of a variant spec such as ``vmap8+remat``."""
+        name, *flags = spec.split("+")
+        unknown = set(flags) - {"remat"}
+        if unknown or not (name == "loop" or name.startswith("vmap")):
+            raise SystemExit(f"--strategies: cannot read {spec!r}")
+        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
+        learner = maml(bind(model, state), inner_steps=args.inner_steps,
+                       inner_lr=args.inner_lr, remat="remat" in flags)
+        return ("vmap" if name.startswith("vmap") else "loop"), chunk, learner
+
+    specs = {spec: parse(spec) for spec in args.strategies.split(",")}
     opt_fg = adam(1e-3)
     opt_state = opt_fg.init(params)
     opt_base = torch.optim.Adam(module.parameters(), 1e-3)
@@ -132,25 +162,32 @@ def main() -> None:
         baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
         opt_base.step()
 
-    def fg_step(strategy: str, chunk: int | None) -> Callable[[], None]:
+    def fg_grads(spec: str) -> Params:
+        strategy, chunk, learner = specs[spec]
+        grads, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
+                                      chunk_size=chunk)
+        return grads
+
+    def fg_step(spec: str) -> Callable[[], None]:
         def step() -> None:
-            grads, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
-                                          chunk_size=chunk)
-            opt_fg.update(params, grads, opt_state)  # result dropped: same params every rep
+            opt_fg.update(params, fg_grads(spec), opt_state)  # dropped: same params every rep
         return step
 
     variants: dict[str, Callable[[], None]] = {"baseline (clone-and-adapt loop)": base_step}
-    for name in args.strategies.split(","):
-        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        variants[f"funcgraph {name}"] = fg_step("vmap" if name.startswith("vmap") else name, chunk)
+    for name in specs:
+        variants[f"funcgraph {name}"] = fg_step(name)
+
+    if args.peak_of is not None:  # the child process measuring one variant's peak RSS
+        variants[args.peak_of]()
+        peak_rss_reset()
+        variants[args.peak_of]()
+        print(json.dumps({"peak_rss_gb": peak_rss_gb()}))
+        return
 
     # Equal meta-gradients on this batch before any timing (float32: rounding-level agreement).
     want = baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
-    for name in args.strategies.split(","):
-        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        got, _, _ = mean_task_grads(learner.task_grad, params, tasks,
-                                    strategy="vmap" if name.startswith("vmap") else name,
-                                    chunk_size=chunk)
+    for name in specs:
+        got = fg_grads(name)
         # Relative to the whole gradient: conv biases before batch norm have ~0 gradient, so
         # a per-tensor ratio would compare rounding noise with rounding noise.
         diff = torch.cat([(got[n] - want[n]).flatten() for n in want])
@@ -166,11 +203,9 @@ def main() -> None:
     flops = counter.get_total_flops()
 
     times: dict[str, list[float]] = {name: [] for name in variants}
-    rss: dict[str, float] = {}
-    for name, fn in variants.items():  # warm-up, and the peak RSS of one step each
-        peak_rss_reset()
+    rss = {name: peak_rss_in_child(name) for name in variants}
+    for fn in variants.values():  # warm-up
         fn()
-        rss[name] = peak_rss_gb()
     for _ in range(args.reps):
         for name, fn in variants.items():
             start = clock()
