@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from funcgraph import bind, random
+from funcgraph.allocator import keep_freed_memory
 from funcgraph.meta import MetaLearner, Task, maml, mean_task_grads
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
@@ -131,9 +132,14 @@ def main() -> None:
                         "the steps, and the gradient check needs agreement")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: perf_counter; cpu: process CPU time (robust on a shared machine)")
+    p.add_argument("--malloc", choices=("default", "keep"), default="default",
+                   help="keep: funcgraph.allocator.keep_freed_memory() for the whole process "
+                        "(both the baseline and funcgraph; the training commands do this)")
     p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
     args = p.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
+    if args.malloc == "keep" and not keep_freed_memory():
+        raise SystemExit("--malloc keep: this C library has no glibc mallopt")
 
     torch.manual_seed(args.seed)
     dtype = getattr(torch, args.dtype)
@@ -213,7 +219,8 @@ def main() -> None:
             times[name].append(clock() - start)
 
     base = statistics.median(times["baseline (clone-and-adapt loop)"])
-    print(f"\nconv4-{args.variant} {args.ways}-way {args.shots}-shot {args.queries} query, "
+    print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
+          f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
           f"{flops / 1e9:.1f} GFLOP per meta-step; threads {torch.get_num_threads()}; "
           f"median of {args.reps}, {args.clock} clock")

@@ -111,8 +111,11 @@ def meta_train(
     import torch
 
     from .. import distributed
+    from ..allocator import keep_freed_memory
     from ..meta.sources import model_config, task_sources
     from ..meta.train import default_config, meta_train
+
+    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
     if threads:
         torch.set_num_threads(threads)

@@ -75,9 +75,12 @@ def search(
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
     from .. import distributed
+    from ..allocator import keep_freed_memory
     from ..errors import ConfigError
     from ..nas import BilevelConfig, SearchConfig, glyph_halves, run_search
     from ..placement import resolve_device
+
+    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
     if image_size % 4:
         raise ConfigError(f"--image-size must be a multiple of 4 (two reduction cells), "

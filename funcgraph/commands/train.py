@@ -57,8 +57,11 @@ def train(
     Example: funcgraph train --model resnet-sd --set depth=20 --steps 300
     """
     from .. import distributed
+    from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
     from ..train.supervised import fit, train_config
+
+    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
