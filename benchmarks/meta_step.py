@@ -112,6 +112,34 @@ def peak_rss_in_child(variant: str) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
 
 
+BASELINE = "baseline (clone-and-adapt loop)"
+
+
+def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], float]:
+    """``fn`` made to return its duration on ``clock``."""
+    def run() -> float:
+        start = clock()
+        fn()
+        return clock() - start
+    return run
+
+
+def baseline_in_child() -> Callable[[], float]:
+    """The baseline's step in a child process with glibc's default allocator settings: each
+    call asks it for one step and returns the duration it measured."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, *sys.argv[1:], "--serve-baseline"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    stdin, stdout = child.stdin, child.stdout
+
+    def run() -> float:
+        stdin.write("step\n")
+        stdin.flush()
+        return float(stdout.readline())
+    return run
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ways", type=int, default=5)
@@ -132,14 +160,19 @@ def main() -> None:
                         "the steps, and the gradient check needs agreement")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="wall: perf_counter; cpu: process CPU time (robust on a shared machine)")
-    p.add_argument("--malloc", choices=("default", "keep"), default="default",
-                   help="keep: funcgraph.allocator.keep_freed_memory() for the whole process "
-                        "(both the baseline and funcgraph; the training commands do this)")
+    p.add_argument("--malloc", choices=("default", "keep", "shipped"), default="default",
+                   help="default: glibc as is, for both; keep: "
+                        "funcgraph.allocator.keep_freed_memory() for both; shipped: funcgraph "
+                        "with it (as its training commands run) and the baseline without it, "
+                        "in a child process whose steps alternate with funcgraph's")
+    p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
     args = p.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
-    if args.malloc == "keep" and not keep_freed_memory():
-        raise SystemExit("--malloc keep: this C library has no glibc mallopt")
+    baseline_only = args.serve_baseline or args.peak_of == BASELINE
+    keep = args.malloc == "keep" or (args.malloc == "shipped" and not baseline_only)
+    if keep and not keep_freed_memory():
+        raise SystemExit(f"--malloc {args.malloc}: this C library has no glibc mallopt")
 
     torch.manual_seed(args.seed)
     dtype = getattr(torch, args.dtype)
@@ -168,6 +201,13 @@ def main() -> None:
         baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
         opt_base.step()
 
+    if args.serve_baseline:  # the child of --malloc shipped: one timed step per request
+        for _ in sys.stdin:
+            start = clock()
+            base_step()
+            print(clock() - start, flush=True)
+        return
+
     def fg_grads(spec: str) -> Params:
         strategy, chunk, learner = specs[spec]
         grads, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
@@ -179,7 +219,7 @@ def main() -> None:
             opt_fg.update(params, fg_grads(spec), opt_state)  # dropped: same params every rep
         return step
 
-    variants: dict[str, Callable[[], None]] = {"baseline (clone-and-adapt loop)": base_step}
+    variants: dict[str, Callable[[], None]] = {BASELINE: base_step}
     for name in specs:
         variants[f"funcgraph {name}"] = fg_step(name)
 
@@ -208,17 +248,18 @@ def main() -> None:
         baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
     flops = counter.get_total_flops()
 
-    times: dict[str, list[float]] = {name: [] for name in variants}
     rss = {name: peak_rss_in_child(name) for name in variants}
-    for fn in variants.values():  # warm-up
-        fn()
+    timed = {name: timer(fn, clock) for name, fn in variants.items()}
+    if args.malloc == "shipped":
+        timed[BASELINE] = baseline_in_child()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for run in timed.values():  # warm-up
+        run()
     for _ in range(args.reps):
-        for name, fn in variants.items():
-            start = clock()
-            fn()
-            times[name].append(clock() - start)
+        for name, run in timed.items():
+            times[name].append(run())
 
-    base = statistics.median(times["baseline (clone-and-adapt loop)"])
+    base = statistics.median(times[BASELINE])
     print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
           f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
