@@ -37,11 +37,11 @@ DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"
 CPU_VMAP_MAX_EXAMPLES = 20
 """On CPU, tasks with more examples (support + query) than this run in a loop.
 
-Measured with ``benchmarks/meta_step.py`` (CPU time, one thread, second-order MAML, meta-batch
-32): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.56 s per
-meta-step against 0.87 s for the loop; at 80 (15 queries, pooled conv4) vmap takes 15.1 s and
-8 GB against 4.4-4.7 s and 1-2 GB for the loop. The threshold lies between; 20 is on the safe
-side.
+Measured with ``benchmarks/meta_step.py`` (second-order MAML, meta-batch 32, 2 threads, wall
+clock): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.214 s per
+meta-step against 0.294 s for the loop; at 80 (15 queries, pooled conv4) the loop takes
+1.2-1.5 s, while vmap took 15.1 s and 8 GB (an earlier measurement, 1 thread, CPU time,
+against 4.4 s for the loop of that time). The threshold lies between; 20 is on the safe side.
 """
 
 
