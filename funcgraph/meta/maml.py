@@ -36,7 +36,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..control import in_transform
 from ..errors import ConfigError
 from ..params import Params
 from .learner import (
@@ -77,6 +76,13 @@ class InnerLoop:
     def adapts(self, name: str) -> bool:
         return self.adapt_prefix is None or name.startswith(self.adapt_prefix + ".")
 
+    def adapted(self, params: Params) -> list[str]:
+        """The names in ``params`` that adapt; a :class:`ConfigError` when there are none."""
+        names = [n for n in params if self.adapts(n)]
+        if not names:
+            raise ConfigError(f"adapt: no parameter name starts with {self.adapt_prefix!r}.")
+        return names
+
 
 def adapt(
     apply: ApplyFn,
@@ -100,9 +106,7 @@ def adapt(
     Returns:
         A new dict with every name of ``params``; non-adapted entries are the same tensors.
     """
-    fast = {n: p for n, p in params.items() if inner.adapts(n)}
-    if not fast:
-        raise ConfigError(f"adapt: no parameter name starts with {inner.adapt_prefix!r}.")
+    fast = {n: params[n] for n in inner.adapted(params)}
     frozen = {n: p for n, p in params.items() if n not in fast}
 
     def support_loss(f: Params) -> Tensor:
@@ -133,7 +137,13 @@ def task_loss(
     params, lrs = _split_rates(meta_params)
     fast = adapt(apply, params, task.support_x, task.support_y, loss=objective.loss,
                  inner=inner, lrs=lrs)
-    pred = apply(fast, task.query_x)
+    return _query_score(apply, fast, task, objective)
+
+
+def _query_score(apply: ApplyFn, params: Params, task: Task,
+                 objective: Objective) -> tuple[Tensor, Tensor]:
+    """``(loss, metric)`` of ``params`` on the task's query set."""
+    pred = apply(params, task.query_x)
     return objective.loss(pred, task.query_y), objective.metric(pred, task.query_y)
 
 
@@ -143,43 +153,11 @@ def _split_rates(meta_params: Params) -> tuple[Params, Params | None]:
     return model_params(meta_params), lrs or None
 
 
-QueryGradFn = Callable[[Params, Tensor, Tensor], tuple[Params, Tensor, Tensor]]
-"""``(params, query_x, query_y) -> (grads, loss, metric)``: first-order, one task."""
-
-
-def query_grad_fn(apply: ApplyFn, objective: Objective) -> QueryGradFn:
-    """The first-order query pass of :func:`remat_task_grad`: plain autograd outside
-    ``torch.func`` transforms, ``torch.func.grad_and_value`` inside them (``vmap``)."""
-
-    def loss_and_pred(params: Params, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        pred = apply(params, x)
-        return objective.loss(pred, y), pred
-
-    def query_grad(params: Params, x: Tensor, y: Tensor) -> tuple[Params, Tensor, Tensor]:
-        if in_transform():
-            def loss_metric(p: Params) -> tuple[Tensor, Tensor]:
-                loss, pred = loss_and_pred(p, x, y)
-                return loss, objective.metric(pred, y)
-
-            grads, (loss, metric) = torch.func.grad_and_value(loss_metric, has_aux=True)(params)
-            return grads, loss.detach(), metric
-        leaves = {n: t.detach().requires_grad_() for n, t in params.items()}
-        with torch.enable_grad():
-            loss, pred = loss_and_pred(leaves, x, y)
-            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-        return ({n: torch.zeros_like(t) if g is None else g
-                 for (n, t), g in zip(leaves.items(), grads, strict=True)},
-                loss.detach(), objective.metric(pred.detach(), y))
-
-    return query_grad
-
-
 def remat_task_grad(
     apply: ApplyFn,
     *,
     objective: Objective,
     inner: InnerLoop,
-    query_grad: QueryGradFn | None = None,
 ) -> TaskGradFn:
     """One task's meta-gradient with the inner loop rematerialised (see the module docs).
 
@@ -190,13 +168,12 @@ def remat_task_grad(
     rates get ``-sum_k g_A(theta[k]) * v_A`` (with ``v`` after step ``k``). First order skips
     the Hessian term. Equal to differentiating :func:`task_loss`, to rounding.
     """
-    query = query_grad or query_grad_fn(apply, objective)
+    # The query pass is first order: plain autograd outside transforms, where it is cheapest.
+    query_grad = task_grad_of(lambda p, t: _query_score(apply, p, t, objective))
 
     def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
         params, lrs = _split_rates({n: p.detach() for n, p in meta_params.items()})
-        adapted = [n for n in params if inner.adapts(n)]
-        if not adapted:
-            raise ConfigError(f"adapt: no parameter name starts with {inner.adapt_prefix!r}.")
+        adapted = inner.adapted(params)
 
         def support_grad(p: Params, *, create_graph: bool = False) -> Params:
             frozen = {n: t for n, t in p.items() if n not in adapted}
@@ -220,7 +197,7 @@ def remat_task_grad(
             g = support_grad(p)
             trajectory.append((p, g))
             p = {**p, **{n: p[n] - rate(n) * g[n] for n in adapted}}
-        v, loss, metric = query(p, task.query_x, task.query_y)
+        v, loss, metric = query_grad(p, task)
         # Reverse: v <- v - H(p_k) (rate * v_A), from the last step to the first.
         rate_grads = {n: torch.zeros_like(params[n]) for n in adapted} if lrs else {}
         for p, g in reversed(trajectory):
@@ -308,5 +285,5 @@ def anil(apply: ApplyFn, *, head: str = "head", **kw: object) -> MetaLearner:
     return maml(apply, adapt_prefix=head, **kw)  # type: ignore[arg-type]
 
 
-__all__ = ["InnerLoop", "QueryGradFn", "adapt", "anil", "fomaml", "maml", "metasgd",
-           "query_grad_fn", "remat_task_grad", "task_loss"]
+__all__ = ["InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "remat_task_grad",
+           "task_loss"]
