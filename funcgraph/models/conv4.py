@@ -10,9 +10,9 @@ Two variants, as in the MAML paper (Finn et al., 2017):
 
 Batch norm always uses the statistics of the batch it sees (``track_running_stats=False``):
 transductive batch norm, as MAML does, so the model has no state and
-``funcgraph.bind(model, {})`` gives a plain ``f(params, x)``. It is funcgraph's mean/var batch
-norm, whose second-order gradients are correct under ``vmap`` (native ``F.batch_norm``'s are
-not in torch 2.13).
+``funcgraph.bind(model, {})`` gives a plain ``f(params, x)``. It is funcgraph's batch norm:
+the mean/var form under ``torch.func`` transforms, whose second-order gradients are correct
+under ``vmap`` (native ``F.batch_norm``'s are not in torch 2.13), the native kernel outside.
 
 Two exact rewrites make it faster on CPU, with the same function and gradients:
 

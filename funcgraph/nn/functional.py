@@ -126,9 +126,9 @@ def adaptive_max_pool2d(output_size: int | tuple[int, int]) -> Model:
 
 __all__ = [
     "adaptive_avg_pool2d",
-    "channels_last",
     "adaptive_max_pool2d",
     "avg_pool2d",
+    "channels_last",
     "elu",
     "flatten",
     "gelu",

@@ -71,11 +71,10 @@ def batch_norm(
         new_state = state
         if use_batch and not in_transform() and x.numel() > num_features:
             # (the native kernel refuses one value per channel; the form below gives var 0)
-            if train and track_running_stats:
-                new_state = dict(state)  # the native kernel updates these in place
-                new_state["running_mean"] = state["running_mean"].clone()
-                new_state["running_var"] = state["running_var"].clone()
-                new_state["num_batches_tracked"] = state["num_batches_tracked"] + 1
+            if train and track_running_stats:  # copies: the native kernel updates in place
+                new_state = {"running_mean": state["running_mean"].clone(),
+                             "running_var": state["running_var"].clone(),
+                             "num_batches_tracked": state["num_batches_tracked"] + 1}
             y = F.batch_norm(x, new_state.get("running_mean"), new_state.get("running_var"),
                              params.get("weight"), params.get("bias"),
                              True, momentum, eps)
