@@ -105,9 +105,14 @@ def peak_rss_gb() -> float:
     return float("nan")
 
 
+def child_command(*extra: str) -> list[str]:
+    """This benchmark, with this run's arguments and ``extra``, as a child process."""
+    return [sys.executable, __file__, *sys.argv[1:], *extra]
+
+
 def peak_rss_in_child(variant: str) -> float:
     """Peak RSS (GB) of one step of ``variant``, measured in a fresh process."""
-    out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--peak-of", variant],
+    out = subprocess.run(child_command("--peak-of", variant),
                          check=True, capture_output=True, text=True).stdout
     return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
 
@@ -127,9 +132,8 @@ def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], fl
 def baseline_in_child() -> Callable[[], float]:
     """The baseline's step in a child process with glibc's default allocator settings: each
     call asks it for one step and returns the duration it measured."""
-    child = subprocess.Popen(
-        [sys.executable, __file__, *sys.argv[1:], "--serve-baseline"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(child_command("--serve-baseline"),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     stdin, stdout = child.stdin, child.stdout
 
@@ -202,10 +206,9 @@ def main() -> None:
         opt_base.step()
 
     if args.serve_baseline:  # the child of --malloc shipped: one timed step per request
+        timed_step = timer(base_step, clock)
         for _ in sys.stdin:
-            start = clock()
-            base_step()
-            print(clock() - start, flush=True)
+            print(timed_step(), flush=True)
         return
 
     def fg_grads(spec: str) -> Params:
