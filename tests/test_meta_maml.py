@@ -37,7 +37,7 @@ def tiny_tasks(seed: int = 0, tasks: int = TASKS) -> Task:
 
 
 def tiny_model() -> tuple[ApplyFn, Params]:
-    model = conv4(WAYS, hidden=4, image_size=8, dtype=DT)
+    model = conv4(WAYS, hidden=18, image_size=8, dtype=DT)  # 18: the first block fuses
     params, state = model.init(random.key(1))
     return bind(model, state), params
 
@@ -124,7 +124,9 @@ def test_metasgd_rates_get_reference_gradients(strategy: str, steps: int, remat:
     got, _, _ = mean_task_grads(learner.task_grad, meta, tasks, strategy=strategy)
     want = reference_meta_grad(apply, meta, tasks, steps=steps, lr=0.2, first_order=False)
     assert_grads_close(got, want, f"metasgd {strategy}")
-    assert all(got[n].abs().sum() > 0 for n in rates), "every learned rate gets a gradient"
+    # A conv bias before batch norm cancels (its gradient is zero, exactly in a fused block).
+    live = [n for n in rates if not n.endswith("conv.bias")]
+    assert all(got[n].abs().sum() > 0 for n in live), "every other learned rate gets a gradient"
 
 
 @pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])

@@ -1,6 +1,7 @@
 """Pure layers and combinators. Every constructor returns a :class:`funcgraph.Model`."""
 
 from .compose import Children, composite, parallel, residual, serial
+from .conv_norm import conv_batch_norm, patch_moments
 from .dropout import dropout, embedding
 from .functional import (
     adaptive_avg_pool2d,
@@ -36,6 +37,7 @@ __all__ = [
     "composite",
     "conv1d",
     "conv2d",
+    "conv_batch_norm",
     "dropout",
     "elu",
     "embedding",
@@ -52,6 +54,7 @@ __all__ = [
     "lstm",
     "max_pool2d",
     "parallel",
+    "patch_moments",
     "ran_metrics",
     "relu",
     "residual",
