@@ -155,8 +155,8 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
     p.add_argument("--strategies", default="loop,loop+remat,vmap8",
-                   help="funcgraph variants: loop, vmap, vmapN (vmap N tasks at a time), "
-                        "each optionally +remat")
+                   help="funcgraph variants: loop, threads, vmap, vmapN (vmap N tasks at a "
+                        "time), each optionally +remat")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -189,12 +189,12 @@ def main() -> None:
         """``(strategy, chunk size, learner)`` of a variant spec such as ``vmap8+remat``."""
         name, *flags = spec.split("+")
         unknown = set(flags) - {"remat"}
-        if unknown or not (name == "loop" or name.startswith("vmap")):
+        if unknown or not (name in ("loop", "threads") or name.startswith("vmap")):
             raise SystemExit(f"--strategies: cannot read {spec!r}")
         chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
         learner = maml(bind(model, state), inner_steps=args.inner_steps,
                        inner_lr=args.inner_lr, remat="remat" in flags)
-        return ("vmap" if name.startswith("vmap") else "loop"), chunk, learner
+        return ("vmap" if name.startswith("vmap") else name), chunk, learner
 
     specs = {spec: parse(spec) for spec in args.strategies.split(",")}
     opt_fg = adam(1e-3)

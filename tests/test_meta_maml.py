@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from funcgraph import bind, random
+from funcgraph.errors import ConfigError
 from funcgraph.meta import (
     LR_PREFIX,
     STRATEGIES,
@@ -18,6 +19,7 @@ from funcgraph.meta import (
     maml,
     mean_task_grads,
     metasgd,
+    task_evals,
 )
 from funcgraph.models import conv4
 from funcgraph.params import Params
@@ -152,3 +154,40 @@ def test_vmap_and_loop_report_the_same_loss_and_accuracy() -> None:
     torch.testing.assert_close(loss_l, loss_v)
     torch.testing.assert_close(acc_l, acc_v)
 
+
+
+def test_threads_equal_the_loop_deterministically_and_keep_the_callers_thread_count() -> None:
+    apply, params = tiny_model()
+    tasks = tiny_tasks(6, tasks=5)
+    learner = maml(apply, inner_steps=2, inner_lr=0.3)
+    before = torch.get_num_threads()
+    looped, loop_loss, _ = mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
+    runs = [mean_task_grads(learner.task_grad, params, tasks, strategy="threads", workers=3)
+            for _ in range(2)]
+    assert torch.get_num_threads() == before, "the caller's intra-op thread count is restored"
+    assert_grads_close(runs[0][0], looped, "threads")
+    torch.testing.assert_close(runs[0][1], loop_loss)
+    assert all(torch.equal(runs[0][0][n], runs[1][0][n]) for n in params), (
+        "threaded results are summed in task order: identical from run to run")
+    loop_evals = task_evals(learner.task_eval, params, tasks, strategy="loop")
+    thread_evals = task_evals(learner.task_eval, params, tasks, strategy="threads", workers=2)
+    for a, b in zip(loop_evals, thread_evals, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_task_failing_on_a_worker_thread_raises_in_the_caller() -> None:
+    apply, params = tiny_model()
+    learner = maml(apply)
+
+    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        if bool((task.support_x == tasks.support_x[2]).all()):
+            raise ValueError("task 2 is broken")
+        return learner.task_grad(meta_params, task)
+
+    tasks = tiny_tasks(7, tasks=4)
+    before = torch.get_num_threads()
+    with pytest.raises(ValueError, match="task 2 is broken"):
+        mean_task_grads(task_grad, params, tasks, strategy="threads", workers=2)
+    assert torch.get_num_threads() == before
+    with pytest.raises(ConfigError, match="workers must be >= 1, got 0"):
+        mean_task_grads(task_grad, params, tasks, strategy="threads", workers=0)

@@ -39,6 +39,7 @@ class StrategyChoice(StrEnum):
     auto = "auto"
     measure = "measure"
     loop = "loop"
+    threads = "threads"
     vmap = "vmap"
 
 
@@ -75,8 +76,9 @@ def meta_train(
         "--rotate", help="Add 90/180/270-degree rotated classes to training (MAML protocol).")
     ] = False,
     strategy: Annotated[StrategyChoice, typer.Option(
-        help="Run tasks in a loop or vmapped; auto = the measured default for the device, "
-             "measure = time both on the first batch.")] = StrategyChoice.auto,
+        help="Run tasks in a loop, on one worker thread per CPU thread (--threads), or "
+             "vmapped; auto = the measured default for the device and task size, measure = "
+             "time each on the first batch.")] = StrategyChoice.auto,
     validate_every: Annotated[int | None, typer.Option(
         min=0, help="Validate every N steps (0: never).")] = None,
     val_episodes: Annotated[int | None, typer.Option(

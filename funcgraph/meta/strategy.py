@@ -1,11 +1,18 @@
-"""Running a per-task function over a batch of tasks: ``vmap`` or a Python loop.
+"""Running a per-task function over a batch of tasks: ``vmap``, a Python loop, or threads.
 
-Both give the same meta-gradient (the mean over tasks of each task's gradient, equal to
+All give the same meta-gradient (the mean over tasks of each task's gradient, equal to
 rounding); which is faster depends on the device and the task shape:
 
 * ``"loop"`` runs one task at a time. Peak memory is one task's graph: the memory-saving
-  choice for second order, and the faster one on CPU when tasks are large (15 queries per
-  class); see ``benchmarks/meta_step.py`` and ``docs/meta-learning.md``.
+  choice for second order.
+* ``"threads"`` runs the loop's per-task function on ``torch.get_num_threads()`` worker
+  threads at once, each with one intra-op thread: the same CPU budget spent across tasks
+  instead of inside each operation. A task's many small operations (the support set's
+  forward, backward and double backward) barely speed up from one intra-op thread to two,
+  while two tasks at once do; torch releases the GIL inside its kernels and the autograd
+  engine. The faster choice on a multi-core CPU for large tasks (15 queries per class), at
+  the price of one task graph per worker in memory; see ``benchmarks/meta_step.py`` and
+  ``docs/meta-learning.md``. Results are summed in task order, so they are deterministic.
 * ``"vmap"`` runs all tasks as one batched computation (``torch.func.vmap``): few large
   kernels, which is what accelerators want; ``chunk_size`` bounds its memory (it maps that
   many tasks at a time), down to one task per chunk.
@@ -18,8 +25,9 @@ rounding); which is faster depends on the device and the task shape:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -28,14 +36,15 @@ from ..errors import ConfigError
 from ..params import Params
 from .learner import Task, TaskEvalFn, TaskGradFn
 
-STRATEGIES = ("loop", "vmap")
+STRATEGIES = ("loop", "threads", "vmap")
 CHOICES = ("auto", "measure", *STRATEGIES)
 
 DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"}
 """The measured default per device type for small tasks (see :func:`default_strategy`)."""
 
 CPU_VMAP_MAX_EXAMPLES = 20
-"""On CPU, tasks with more examples (support + query) than this run in a loop.
+"""On CPU, tasks with more examples (support + query) than this run on threads (a loop with
+one CPU thread).
 
 Measured with ``benchmarks/meta_step.py`` (second-order MAML, meta-batch 32, 2 threads, wall
 clock): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.214 s per
@@ -46,18 +55,50 @@ against 4.4 s for the loop of that time). The threshold lies between; 20 is on t
 
 
 def default_strategy(device: torch.device | str, examples_per_task: int | None = None) -> str:
-    """The measured default: ``"vmap"``, except ``"loop"`` on CPU for large tasks."""
+    """The measured default: ``"vmap"``, except ``"threads"`` on CPU for large tasks."""
     kind = torch.device(device).type
     if kind == "cpu" and examples_per_task is not None and (
         examples_per_task > CPU_VMAP_MAX_EXAMPLES
     ):
-        return "loop"
+        return "threads"
     return DEFAULT_STRATEGY.get(kind, "loop")
+
+
+Result = TypeVar("Result")
+
+
+def per_task(fn: Callable[[int], Result], num: int, *, workers: int = 1) -> Iterator[Result]:
+    """``fn(0), ..., fn(num - 1)`` in order: in this thread, or with ``workers > 1`` computed
+    on that many worker threads with one intra-op thread each.
+
+    ``torch.set_num_threads`` in a worker changes that thread's OpenMP setting and the default
+    that new threads start from; the caller's count is restored when the workers are done.
+    """
+    workers = min(workers, num)
+    if workers < 2:
+        yield from (fn(t) for t in range(num))
+        return
+    budget = torch.get_num_threads()
+    pool = ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
+    try:
+        yield from pool.map(fn, range(num))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        torch.set_num_threads(budget)
 
 
 def _check(strategy: str) -> None:
     if strategy not in STRATEGIES:
         raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def _workers(strategy: str, workers: int | None) -> int:
+    """Worker threads of a non-vmap strategy: 1 for ``"loop"``."""
+    if strategy != "threads":
+        return 1
+    if workers is not None and workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
+    return torch.get_num_threads() if workers is None else workers
 
 
 def mean_task_grads(
@@ -67,6 +108,7 @@ def mean_task_grads(
     *,
     strategy: str = "loop",
     chunk_size: int | None = None,
+    workers: int | None = None,
 ) -> tuple[Params, Tensor, Tensor]:
     """The mean over the tasks of ``task_grad``: ``(grads, loss, metric)``.
 
@@ -74,8 +116,9 @@ def mean_task_grads(
         task_grad: ``(meta_params, one task) -> (grads, loss, metric)``.
         meta_params: shared by every task.
         tasks: a batch of ``T`` tasks (leading dim ``T`` on every tensor).
-        strategy: ``"loop"`` or ``"vmap"``.
+        strategy: ``"loop"``, ``"threads"`` or ``"vmap"``.
         chunk_size: with ``"vmap"``, map at most this many tasks at a time (memory bound).
+        workers: with ``"threads"``, the worker threads (default ``torch.get_num_threads()``).
     """
     _check(strategy)
     num = tasks.num_tasks
@@ -87,8 +130,9 @@ def mean_task_grads(
     total: Params = {}
     losses: list[Tensor] = []
     metrics: list[Tensor] = []
-    for t in range(num):
-        grads, loss, metric = task_grad(meta_params, tasks.pick(t))
+    results = per_task(lambda t: task_grad(meta_params, tasks.pick(t)), num,
+                       workers=_workers(strategy, workers))
+    for t, (grads, loss, metric) in enumerate(results):
         total = grads if t == 0 else {n: total[n] + g for n, g in grads.items()}
         losses.append(loss)
         metrics.append(metric)
@@ -103,15 +147,18 @@ def task_evals(
     *,
     strategy: str = "loop",
     chunk_size: int | None = None,
+    workers: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Per-task ``(losses (T,), metrics (T,))`` of ``task_eval`` over a batch of tasks."""
+    """Per-task ``(losses (T,), metrics (T,))`` of ``task_eval`` over a batch of tasks
+    (arguments as :func:`mean_task_grads`)."""
     _check(strategy)
     if strategy == "vmap":
         loss, metric = torch.func.vmap(task_eval, in_dims=(None, 0), chunk_size=chunk_size)(
             meta_params, tasks
         )
         return loss, metric
-    pairs = [task_eval(meta_params, tasks.pick(t)) for t in range(tasks.num_tasks)]
+    pairs = list(per_task(lambda t: task_eval(meta_params, tasks.pick(t)), tasks.num_tasks,
+                          workers=_workers(strategy, workers)))
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 
@@ -135,7 +182,7 @@ def resolve_strategy(
     examples_per_task: int | None = None,
     probe: Callable[[str], Any] | None = None,
 ) -> str:
-    """``"loop"`` or ``"vmap"`` for ``strategy`` in :data:`CHOICES` on ``device``.
+    """``"loop"``, ``"threads"`` or ``"vmap"`` for ``strategy`` in :data:`CHOICES` on ``device``.
 
     ``"auto"`` is :func:`default_strategy` for the device and task size; ``"measure"`` times
     ``probe(strategy)`` (a meta-step on a real batch) with :func:`measure_strategies` and
@@ -161,6 +208,7 @@ __all__ = [
     "default_strategy",
     "mean_task_grads",
     "measure_strategies",
+    "per_task",
     "resolve_strategy",
     "task_evals",
 ]
