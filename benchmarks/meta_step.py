@@ -119,6 +119,47 @@ def peak_rss_in_child(variant: str) -> float:
 
 BASELINE = "baseline (clone-and-adapt loop)"
 
+CONVOLUTIONS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
+
+
+def convolution_seconds(step: Callable[[], None], clock: Callable[[], float],
+                        reps: int = 5) -> float:
+    """Seconds that the convolution kernels of one ``step`` take alone: every convolution,
+    convolution backward and (second order) double-backward convolution it runs is recorded
+    by its shapes, layouts and options and replayed on fresh tensors of the same kind; each
+    signature's median time, times its count. A floor for the step with these kernels."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def spec(a: object) -> object:
+        if isinstance(a, Tensor):
+            return ("tensor", tuple(a.shape), a.stride(), a.dtype)
+        return tuple(a) if isinstance(a, list) else a
+
+    def fresh(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        extent = 1 + sum((n - 1) * st for n, st in zip(shape, stride, strict=True))
+        return torch.randn(max(extent, 1), dtype=dtype).as_strided(shape, stride)
+
+    calls: Counter[tuple[object, ...]] = Counter()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func in CONVOLUTIONS:
+                calls[(func, *(spec(a) for a in args))] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        step()
+    total = 0.0
+    for (func, *specs), count in calls.items():
+        args = [fresh(*a[1:]) if isinstance(a, tuple) and a and a[0] == "tensor" else a
+                for a in specs]
+        run = timer(lambda f=func, a=args: f(*a), clock)  # type: ignore[misc]
+        run()
+        total += count * statistics.median(run() for _ in range(reps))
+    return total
+
 
 def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], float]:
     """``fn`` made to return its duration on ``clock``."""
@@ -263,6 +304,7 @@ def main() -> None:
             times[name].append(run())
 
     base = statistics.median(times[BASELINE])
+    conv_s = convolution_seconds(fg_step(next(iter(specs))), clock)
     print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
           f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
@@ -278,6 +320,11 @@ def main() -> None:
         print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
               f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
         print(json.dumps(row))
+    first = next(iter(specs))
+    print(f"convolutions of one 'funcgraph {first}' step, replayed alone: {conv_s:.3f} s: "
+          f"with no other work the step would be {base / conv_s:.2f}x the baseline")
+    print(json.dumps({"convolution_s_per_step": conv_s, "of": f"funcgraph {first}",
+                      "speedup_bound_vs_baseline": base / conv_s}))
 
 
 if __name__ == "__main__":
