@@ -34,11 +34,11 @@ from torch import Tensor
 
 from ..errors import ShapeError
 from ..model import Model
-from ..params import Params, State
+from ..params import Params, State, add_prefix, select
 from ..random import Key
 from .compose import serial
-from .linear import conv2d
-from .norm import batch_norm
+from .linear import _pair, conv2d
+from .norm import batch_norm, running_stats_update
 
 PATCH_WIDTH_RATIO = 2
 """Fuse when ``out_channels >= PATCH_WIDTH_RATIO * d`` (``d = in_channels * kh * kw``): the
@@ -46,17 +46,13 @@ patch covariance (``d * d`` multiply-adds per output position) then costs at mos
 convolution (``d * out_channels``), and it saves a batch norm over the whole output."""
 
 
-def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
 def patch_moments(
     x: Tensor,
-    kernel_size: tuple[int, int],
+    kernel_size: tuple[int, ...],
     *,
-    stride: tuple[int, int] = (1, 1),
-    padding: tuple[int, int] = (0, 0),
-    dilation: tuple[int, int] = (1, 1),
+    stride: tuple[int, ...] = (1, 1),
+    padding: tuple[int, ...] = (0, 0),
+    dilation: tuple[int, ...] = (1, 1),
 ) -> tuple[Tensor, Tensor, int]:
     """Mean ``(d,)``, population covariance ``(d, d)`` and number of the convolution patches
     of ``x``.
@@ -96,11 +92,11 @@ def conv_batch_norm(
     :func:`~funcgraph.nn.batch_norm`. Params and state are named as the unfused pair:
     ``conv.weight``, ``conv.bias``, ``norm.weight``, ``norm.bias`` and ``norm.running_*``.
     """
-    kernel, stride2, padding2, dilation2 = (_pair(kernel_size), _pair(stride), _pair(padding),
-                                           _pair(dilation))
+    pairs = (_pair(v, 2) for v in (kernel_size, stride, padding, dilation))
+    kernel, stride2, padding2, dilation2 = (tuple(int(n) for n in p) for p in pairs)  # 2 each
     unfused = serial({
-        "conv": conv2d(in_channels, out_channels, kernel, stride=stride2, padding=padding2,
-                       dilation=dilation2, bias=bias, dtype=dtype),
+        "conv": conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
+                       dilation=dilation, bias=bias, dtype=dtype),
         "norm": batch_norm(out_channels, eps=eps, momentum=momentum, affine=affine,
                            track_running_stats=track_running_stats, dtype=dtype),
     }, name="conv_batch_norm")
@@ -130,16 +126,11 @@ def conv_batch_norm(
             scale = scale * params["norm.weight"]
             shift = shift * params["norm.weight"] + params["norm.bias"]
         y = F.conv2d(x, w * scale.reshape(-1, 1, 1, 1), shift, stride2, padding2, dilation2)
-        new_state = state
         if train and track_running_stats:
-            new_state = {
-                "norm.running_mean": (1 - momentum) * state["norm.running_mean"]
-                + momentum * out_mean.detach(),
-                "norm.running_var": (1 - momentum) * state["norm.running_var"]
-                + momentum * out_var.detach() * (count / (count - 1)),
-                "norm.num_batches_tracked": state["norm.num_batches_tracked"] + 1,
-            }
-        return y, new_state
+            norm_state = running_stats_update(select(state, "norm"), out_mean, out_var, count,
+                                              momentum)
+            return y, add_prefix(norm_state, "norm")
+        return y, state
 
     meta: dict[str, Any] = {"in_channels": in_channels, "out_channels": out_channels,
                             "kernel_size": kernel, "stride": stride2, "padding": padding2,

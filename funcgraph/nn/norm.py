@@ -24,6 +24,19 @@ from ..params import Params, State
 from ..random import Key
 
 
+def running_stats_update(
+    state: State, mean: Tensor, var: Tensor, count: int, momentum: float
+) -> State:
+    """Batch norm's new running statistics after a batch of ``count`` values per channel with
+    these ``mean`` and population ``var`` (stored unbiased, as ``nn.BatchNorm*d``)."""
+    unbiased = var * (count / max(count - 1, 1))
+    return {
+        "running_mean": (1 - momentum) * state["running_mean"] + momentum * mean.detach(),
+        "running_var": (1 - momentum) * state["running_var"] + momentum * unbiased.detach(),
+        "num_batches_tracked": state["num_batches_tracked"] + 1,
+    }
+
+
 def batch_norm(
     num_features: int,
     *,
@@ -84,15 +97,8 @@ def batch_norm(
             # two-pass form: same value as x.var(unbiased=False), ~40x faster on CPU in torch 2.13
             var = (x - mean.reshape(shape)).square().mean(dim=dims)
             if train and track_running_stats:
-                n = x.numel() // num_features
-                unbiased = var * (n / max(n - 1, 1))
-                new_state = {
-                    "running_mean": (1 - momentum) * state["running_mean"]
-                    + momentum * mean.detach(),
-                    "running_var": (1 - momentum) * state["running_var"]
-                    + momentum * unbiased.detach(),
-                    "num_batches_tracked": state["num_batches_tracked"] + 1,
-                }
+                new_state = running_stats_update(state, mean, var, x.numel() // num_features,
+                                                 momentum)
         else:
             # Running statistics make the norm a fixed affine map: the native kernel is exact
             # here (the vmap bug needs batch statistics) and several times faster.
@@ -165,4 +171,4 @@ def group_norm(
                                              "num_channels": num_channels})
 
 
-__all__ = ["batch_norm", "group_norm", "layer_norm"]
+__all__ = ["batch_norm", "group_norm", "layer_norm", "running_stats_update"]
