@@ -304,7 +304,8 @@ def main() -> None:
             times[name].append(run())
 
     base = statistics.median(times[BASELINE])
-    conv_s = convolution_seconds(fg_step(next(iter(specs))), clock)
+    first = next(iter(specs))  # the variant whose convolutions are replayed
+    conv_s = convolution_seconds(fg_step(first), clock)
     print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
           f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
@@ -320,7 +321,6 @@ def main() -> None:
         print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
               f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
         print(json.dumps(row))
-    first = next(iter(specs))
     print(f"convolutions of one 'funcgraph {first}' step, replayed alone: {conv_s:.3f} s: "
           f"with no other work the step would be {base / conv_s:.2f}x the baseline")
     print(json.dumps({"convolution_s_per_step": conv_s, "of": f"funcgraph {first}",

@@ -20,7 +20,6 @@ Three exact rewrites make it faster on CPU, with the same function and gradients
   channel are 9 values wide against 64 outputs, so its batch statistics come from the
   patches' 9x9 covariance and the normalisation folds into the convolution's weights: no
   batch norm runs over its 28x28x64 output (nor its double backward on the support set).
-
 * ``max_pool(relu(z)) == relu(max_pool(z))`` (ReLU is monotone), so the ``"pool"`` variant
   applies ReLU after pooling, on a quarter of the values (the gradients agree too: where the
   window's maximum is <= 0 both are zero).
