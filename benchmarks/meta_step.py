@@ -7,7 +7,8 @@ shared parameters; Adam steps once per meta-batch. funcgraph runs the same compu
 pure function (``funcgraph.meta.maml`` over ``conv4``) in each variant named by
 ``--strategies``: ``loop``, ``vmap`` or ``vmapN`` (N tasks at a time), optionally with
 ``+remat`` (the rematerialised meta-gradient: first-order query pass, one Hessian-vector
-product per inner step; the memory-saving mode).
+product per inner step; the memory-saving mode) or ``+compile`` (each task's meta-gradient
+as one ``torch.compile`` graph; compiled during the gradient check, tens of seconds).
 
 Timings are interleaved (baseline, then each funcgraph variant, repeated), so load changes on
 a shared machine hit all alike; the table shows medians. Before timing, the meta-gradients of
@@ -41,7 +42,9 @@ from torch import Tensor, nn
 
 from funcgraph import bind, random
 from funcgraph.allocator import keep_freed_memory
-from funcgraph.meta import MetaLearner, Task, maml, mean_task_grads
+from funcgraph.meta import ApplyFn, Task, maml, mean_task_grads
+from funcgraph.meta.learner import TaskGradFn, objective
+from funcgraph.meta.maml import InnerLoop, task_loss
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
@@ -115,6 +118,23 @@ def peak_rss_in_child(variant: str) -> float:
     out = subprocess.run(child_command("--peak-of", variant),
                          check=True, capture_output=True, text=True).stdout
     return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
+
+
+def compiled_task_grad(apply: ApplyFn, steps: int, lr: float) -> TaskGradFn:
+    """One task's second-order meta-gradient (``torch.func.grad`` of MAML's task loss) as one
+    ``torch.compile`` graph: the lead the issue measured, for the ``+compile`` variants."""
+    inner, obj = InnerLoop(steps, lr), objective("classification")
+
+    def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
+        return task_loss(apply, p, task, objective=obj, inner=inner)
+
+    grad = torch.compile(torch.func.grad_and_value(loss, has_aux=True), fullgraph=True,
+                         dynamic=False)
+
+    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        grads, (value, metric) = grad(meta_params, task)
+        return grads, value.detach(), metric
+    return task_grad
 
 
 BASELINE = "baseline (clone-and-adapt loop)"
@@ -197,7 +217,7 @@ def main() -> None:
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
     p.add_argument("--strategies", default="loop,loop+remat,vmap8",
                    help="funcgraph variants: loop, threads, vmap, vmapN (vmap N tasks at a "
-                        "time), each optionally +remat")
+                        "time), each optionally +remat or +compile")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -226,16 +246,20 @@ def main() -> None:
     module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
     module.to(dtype).load_state_dict(params)
     tasks = make_tasks(args, dtype)
-    def parse(spec: str) -> tuple[str, int | None, MetaLearner]:
-        """``(strategy, chunk size, learner)`` of a variant spec such as ``vmap8+remat``."""
+    def parse(spec: str) -> tuple[str, int | None, TaskGradFn]:
+        """``(strategy, chunk size, task gradient)`` of a variant spec such as ``vmap8+remat``."""
         name, *flags = spec.split("+")
-        unknown = set(flags) - {"remat"}
-        if unknown or not (name in ("loop", "threads") or name.startswith("vmap")):
+        unknown = set(flags) - {"remat", "compile"}
+        if unknown or not (name in ("loop", "threads") or name.startswith("vmap")) or (
+                {"remat", "compile"} <= set(flags)):
             raise SystemExit(f"--strategies: cannot read {spec!r}")
         chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        learner = maml(bind(model, state), inner_steps=args.inner_steps,
-                       inner_lr=args.inner_lr, remat="remat" in flags)
-        return ("vmap" if name.startswith("vmap") else name), chunk, learner
+        apply = bind(model, state)
+        task_grad = (compiled_task_grad(apply, args.inner_steps, args.inner_lr)
+                     if "compile" in flags else
+                     maml(apply, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
+                          remat="remat" in flags).task_grad)
+        return ("vmap" if name.startswith("vmap") else name), chunk, task_grad
 
     specs = {spec: parse(spec) for spec in args.strategies.split(",")}
     opt_fg = adam(1e-3)
@@ -253,8 +277,8 @@ def main() -> None:
         return
 
     def fg_grads(spec: str) -> Params:
-        strategy, chunk, learner = specs[spec]
-        grads, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
+        strategy, chunk, task_grad = specs[spec]
+        grads, _, _ = mean_task_grads(task_grad, params, tasks, strategy=strategy,
                                       chunk_size=chunk)
         return grads
 

@@ -37,12 +37,17 @@ _functorch = torch._C._functorch
 
 
 def in_transform() -> bool:
-    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``...).
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``...), and while
+    ``torch.compile`` traces.
 
     Outside them, tensors are plain and autograd is torch's own: code may then take a faster
     path that is exact only there (batch norm's native kernel, a plain ``autograd.grad``).
+    Dynamo cannot read functorch's level inside a transform it traces (``torch.compile`` of
+    ``torch.func.grad(f)`` would break the graph there), so under compilation this answers
+    True: the transform-safe path is exact in every context, and the compiler makes its own
+    kernels anyway.
     """
-    return _functorch.maybe_current_level() is not None
+    return torch.compiler.is_compiling() or _functorch.maybe_current_level() is not None
 
 
 def is_batched(t: Tensor) -> bool:

@@ -191,3 +191,22 @@ def test_a_task_failing_on_a_worker_thread_raises_in_the_caller() -> None:
     assert torch.get_num_threads() == before
     with pytest.raises(ConfigError, match="workers must be >= 1, got 0"):
         mean_task_grads(task_grad, params, tasks, strategy="threads", workers=0)
+
+
+def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
+    """``torch.compile(fullgraph=True)`` of one task's second-order meta-gradient traces
+    without a graph break (``in_transform`` is compile-aware) and gives the reference's."""
+    from funcgraph.meta.learner import objective
+    from funcgraph.meta.maml import InnerLoop, task_loss
+
+    apply, params = tiny_model()
+    tasks = tiny_tasks(8, tasks=1)
+    inner = InnerLoop(steps=1, lr=0.3)
+
+    def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
+        return task_loss(apply, p, task, objective=objective("classification"), inner=inner)
+
+    compiled = torch.compile(torch.func.grad(loss, has_aux=True), fullgraph=True, dynamic=False)
+    got, _ = compiled(params, tasks.pick(0))
+    want = reference_meta_grad(apply, params, tasks, steps=1, lr=0.3, first_order=False)
+    assert_grads_close(got, want, "compiled maml")
