@@ -97,6 +97,21 @@ def test_conv_stack_infers_channels_and_features() -> None:
     assert y.shape == (2, 5) and "1.running_mean" in new_state
 
 
+def test_conv_batch_norm_layer_equals_the_nn_block_with_inferred_channels() -> None:
+    config = {"input_shape": [4, 1, 10, 10], "layers": [
+        {"type": "conv_batch_norm", "params": {"out_channels": 18, "kernel_size": 3,
+                                               "padding": 1}}]}
+    built = build(config)
+    assert built.rows[0].output_shape == (4, 18, 10, 10)
+    reference = nn.serial({"0": nn.conv_batch_norm(1, 18, 3, padding=1)})
+    params, state = built.model.init(random.key(0))
+    want_params, want_state = reference.init(random.key(0))
+    assert params.keys() == want_params.keys() and state.keys() == want_state.keys()
+    x = random.normal(random.key(1), (4, 1, 10, 10))
+    y, _ = built.model.apply(params, state, x, train=True)
+    torch.testing.assert_close(y, reference.apply(params, state, x, train=True)[0])
+
+
 def test_residual_parallel_and_refs_to_shapes() -> None:
     config = {"input_shape": [2, 6], "layers": [
         {"type": "linear", "name": "stem", "params": {"out_features": 10}},

@@ -163,7 +163,8 @@ PARAM_NAMES = ["out_features", "in_features", "out_channels", "kernel_size", "st
                "variant", "bias", "start_dim", "normalized_shape", "dtype"]
 LAYER = st.fixed_dictionaries(
     {"type": st.sampled_from(sorted(REGISTRY_NAMES := [
-        "linear", "conv1d", "conv2d", "batch_norm", "layer_norm", "group_norm", "embedding",
+        "linear", "conv1d", "conv2d", "batch_norm", "conv_batch_norm", "layer_norm",
+        "group_norm", "embedding",
         "dropout", "relu", "flatten", "max_pool2d", "adaptive_avg_pool2d", "serial", "residual",
         "parallel", "lstm", "gru", "conv4", "mlp", "stochastic_depth"])),
      "params": st.dictionaries(st.sampled_from(PARAM_NAMES),

@@ -300,6 +300,8 @@ _BUILTINS: list[LayerType] = [
               schema=_conv_schema(), hidden=("dims",)),
     LayerType("batch_norm", nn.batch_norm, {"num_features": channel_dim},
               positive=("num_features",)),
+    LayerType("conv_batch_norm", nn.conv_batch_norm, {"in_channels": channel_dim},
+              positive=("in_channels", "out_channels")),
     LayerType("layer_norm", nn.layer_norm, {"normalized_shape": last_dim}),
     LayerType("group_norm", nn.group_norm, {"num_channels": channel_dim},
               positive=("num_groups", "num_channels")),
