@@ -16,8 +16,9 @@ every variant are compared with the baseline's on the same batch. Peak RSS is me
 variant in a fresh process (``--peak-of``) that builds the same batch and runs that variant's
 step twice, resetting the kernel's high-water mark (``/proc/self/clear_refs``) before the
 second, so that memory freed by other variants or kept by a compilation cannot blur it.
-GFLOP/s divides the useful work (FLOPs of the baseline step, counted once with
-``torch.utils.flop_counter``) by each variant's time.
+``--breakdown N`` adds the N operators that take longest in one step of the first
+variant (each kernel call timed directly). GFLOP/s divides the useful work (FLOPs of the
+baseline step, counted once with ``torch.utils.flop_counter``) by each variant's time.
 
 Example (the issue's configuration; prints a table and JSON lines)::
 
@@ -181,6 +182,29 @@ def convolution_seconds(step: Callable[[], None], clock: Callable[[], float],
     return total
 
 
+def seconds_by_op(step: Callable[[], None]) -> dict[str, float]:
+    """Wall seconds inside each aten operator during one ``step`` (forward, backward and
+    double backward alike), timed around each kernel call. Unlike ``torch.profiler``, which
+    inflated this step's small kernels several-fold on the development machine, the kernels'
+    sum stays close to the step's own time."""
+    from collections import defaultdict
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    spent: defaultdict[str, float] = defaultdict(float)
+
+    class Time(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            start = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            spent[str(func.overloadpacket)] += time.perf_counter() - start
+            return out
+
+    with Time():
+        step()
+    return dict(spent)
+
+
 def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], float]:
     """``fn`` made to return its duration on ``clock``."""
     def run() -> float:
@@ -230,6 +254,9 @@ def main() -> None:
                         "funcgraph.allocator.keep_freed_memory() for both; shipped: funcgraph "
                         "with it (as its training commands run) and the baseline without it, "
                         "in a child process whose steps alternate with funcgraph's")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="also print the N operators that take longest in one step of the "
+                        "first variant")
     p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
     args = p.parse_args()
@@ -349,6 +376,15 @@ def main() -> None:
           f"with no other work the step would be {base / conv_s:.2f}x the baseline")
     print(json.dumps({"convolution_s_per_step": conv_s, "of": f"funcgraph {first}",
                       "speedup_bound_vs_baseline": base / conv_s}))
+    if args.breakdown:
+        fg_step(first)()  # warm
+        by_op = seconds_by_op(fg_step(first))
+        total = sum(by_op.values())
+        print(f"\noperators of one 'funcgraph {first}' step (timed around each kernel; "
+              f"{total:.3f} s in all)")
+        for op, sec in sorted(by_op.items(), key=lambda kv: -kv[1])[:args.breakdown]:
+            print(f"{sec:8.3f} s {100 * sec / total:5.1f}%  {op}")
+        print(json.dumps({"seconds_by_op": by_op, "of": f"funcgraph {first}"}))
 
 
 if __name__ == "__main__":
