@@ -47,7 +47,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=90.0)
     args = ap.parse_args()
     env = distributed.init("gloo", timeout_s=args.timeout)
-    run = Run.create(args.out, {"tasks": TASKS, "steps": args.steps}, resume=args.resume)
+    run = Run.create(args.out, {"tasks": TASKS, "steps": args.steps}, resume=args.resume,
+                     env=env)
     opt = adam(0.05)
     params = {"w": torch.zeros(3, 1, dtype=torch.float64), "b": torch.zeros(1, dtype=torch.float64)}
     groups = {"params": params, "opt": opt.init(params)}

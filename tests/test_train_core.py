@@ -127,6 +127,19 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path):
     assert [r["loss"] for r in run_a.metrics()] == [r["loss"] for r in run_b.metrics()]
 
 
+def test_only_rank_0_creates_the_run_and_the_others_open_it(tmp_path, monkeypatch):
+    """A rank other than 0 never checks for an existing run: the one it finds is rank 0's."""
+    from funcgraph import distributed
+
+    met = []
+    monkeypatch.setattr(distributed, "barrier", lambda env: met.append(env.rank))
+    created = Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(0, 2))
+    opened = Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(1, 2))
+    assert opened.config == created.config == {"steps": 5} and met == [0, 1]
+    with pytest.raises(ConfigError, match="already holds a run"):
+        Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(0, 2))
+
+
 def test_run_refuses_overwrite_and_mismatched_resume(tmp_path):
     Run.create(tmp_path / "r", {"lr": 0.1, "steps": 5})
     with pytest.raises(ConfigError, match="already holds a run"):

@@ -199,11 +199,7 @@ def meta_train(
         from .sources import default_model_config
 
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    if env.is_main:
-        run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
-    distributed.barrier(env)
-    if not env.is_main:
-        run = Run.open(out)
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     learner = build_learner(cfg, sources)
     params, train_key = init_params(cfg, learner)
     val_key, test_key = random.fold_in(train_key, -1), random.fold_in(train_key, -2)

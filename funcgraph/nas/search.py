@@ -306,11 +306,7 @@ def run_search(
         raise ConfigError(f"search: need at least one step, got steps={total}")
     config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
               "steps": total}
-    if env.is_main:
-        run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"))
-    distributed.barrier(env)
-    if not env.is_main:
-        run = Run.open(out)
+    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env)
     data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                    val_x=data.val_x.to(device), val_y=data.val_y.to(device))
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from .. import distributed
 from ..errors import CheckpointError, ConfigError
 from .checkpoint import atomic_write, checkpoint_exists, load_checkpoint, save_checkpoint
 
@@ -44,13 +45,23 @@ class Run:
         *,
         resume: bool = False,
         may_change: Iterable[str] = ("steps",),
+        env: distributed.DistEnv | None = None,
     ) -> Run:
         """Start a new run in ``out``, or continue the one there with ``resume=True``.
 
         A new run refuses a directory that already holds a run (so nothing is overwritten by
         accident). Resuming requires the stored config to equal ``config`` except for the keys
         in ``may_change`` (by default the step budget may be extended).
+
+        With a multi-process ``env`` only rank 0 checks and writes the directory; the other
+        ranks open it after a barrier. (Were every rank to check, one could find the config
+        that rank 0 has just written and refuse it as an existing run.)
         """
+        if env is not None and env.active:
+            if env.is_main:
+                run = cls.create(out, config, resume=resume, may_change=may_change)
+            distributed.barrier(env)
+            return run if env.is_main else cls.open(out)
         path = Path(out)
         resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
         stored_path = path / CONFIG_FILE

@@ -407,11 +407,7 @@ def fit(
         raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
                           "set the model's number of classes (e.g. --set num_classes=...)")
     env = env or distributed.DistEnv()
-    if env.is_main:
-        run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",))
-    distributed.barrier(env)
-    if not env.is_main:
-        run = Run.open(out)
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     optimizer = adam(cfg.lr)
     # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
     # step has the same names as this template (a resume checks names and shapes).
