@@ -57,11 +57,10 @@ class Run:
         ranks open it after a barrier. (Were every rank to check, one could find the config
         that rank 0 has just written and refuse it as an existing run.)
         """
-        if env is not None and env.active:
-            if env.is_main:
-                run = cls.create(out, config, resume=resume, may_change=may_change)
-            distributed.barrier(env)
-            return run if env.is_main else cls.open(out)
+        shared = env if env is not None and env.active else None
+        if shared is not None and not shared.is_main:
+            distributed.barrier(shared)
+            return cls.open(out)
         path = Path(out)
         resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
         stored_path = path / CONFIG_FILE
@@ -89,6 +88,8 @@ class Run:
             run = cls(path, resolved)
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(stored_path, json.dumps(resolved, indent=2, sort_keys=True).encode())
+        if shared is not None:
+            distributed.barrier(shared)
         return run
 
     @classmethod
