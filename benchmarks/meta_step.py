@@ -378,7 +378,6 @@ def main() -> None:
     print(json.dumps({"convolution_s_per_step": conv_s, "of": f"funcgraph {first}",
                       "speedup_bound_vs_baseline": base / conv_s}))
     if args.breakdown:
-        fg_step(first)()  # warm
         by_op = seconds_by_op(fg_step(first))
         total = sum(by_op.values())
         print(f"\noperators of one 'funcgraph {first}' step (timed around each kernel; "
