@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from funcgraph import bind, random
 from funcgraph.allocator import keep_freed_memory
-from funcgraph.meta import ApplyFn, Task, maml, mean_task_grads
+from funcgraph.meta import BoundApply, Task, maml, mean_task_grads
 from funcgraph.meta.learner import TaskGradFn, objective
 from funcgraph.meta.maml import InnerLoop, task_loss
 from funcgraph.models import conv4
@@ -122,7 +122,7 @@ def peak_rss_in_child(variant: str) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
 
 
-def compiled_task_grad(apply: ApplyFn, steps: int, lr: float) -> TaskGradFn:
+def compiled_task_grad(apply: BoundApply, steps: int, lr: float) -> TaskGradFn:
     """One task's second-order meta-gradient (``torch.func.grad`` of MAML's task loss) as one
     ``torch.compile`` graph: the lead the issue measured, for the ``loop+compile`` variant."""
     inner, obj = InnerLoop(steps, lr), objective("classification")

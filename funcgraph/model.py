@@ -56,17 +56,33 @@ class Model:
         return self.apply(params, state, x, key=key, train=train)
 
 
-def bind(
-    model: Model, state: State, *, train: bool = False, key: Key | None = None
-) -> Callable[[Params, Any], Any]:
-    """A plain ``f(params, x) -> y`` with ``state``, ``train`` and ``key`` fixed.
+class BoundApply(Protocol):
+    """``f(params, x) -> y``: a model with its state and mode bound away (what :func:`bind`
+    returns and what the meta-learners take).
 
-    The state the model returns is dropped, which is what meta-learning with batch statistics
-    (transductive batch norm) and evaluation want. Use ``model.apply`` to keep it.
+    The protocol promises only ``f(params, x)``, so any plain function of ``(params, x)`` is
+    one. The functions :func:`bind` makes also take ``key=`` (the randomness of dropout or
+    stochastic depth for that call); callers that have a key pass it only to functions that
+    accept one (see :func:`funcgraph.meta.learner.call`).
     """
 
-    def f(params: Params, x: Any) -> Any:
-        y, _ = model.apply(params, state, x, key=key, train=train)
+    def __call__(self, params: Params, x: Any, /) -> Any: ...
+
+
+def bind(
+    model: Model, state: State, *, train: bool = False, key: Key | None = None
+) -> BoundApply:
+    """A plain ``f(params, x, *, key=None) -> y`` with ``state`` and ``train`` fixed.
+
+    A ``key`` given at call time is used, else the bound ``key``: bind the mode once and pass
+    a fresh key per call (what meta-learners do per task and inner step). The state the model
+    returns is dropped, which is what meta-learning with batch statistics (transductive batch
+    norm) and evaluation want. Use ``model.apply`` to keep it.
+    """
+    bound = key
+
+    def f(params: Params, x: Any, *, key: Key | None = None) -> Any:
+        y, _ = model.apply(params, state, x, key=bound if key is None else key, train=train)
         return y
 
     return f
@@ -122,4 +138,4 @@ def from_module(module: nn.Module, name: str | None = None) -> Model:
     return Model(init, apply, name or type(module).__name__, {"module": type(module).__name__})
 
 
-__all__ = ["ApplyFn", "InitFn", "Model", "bind", "from_module", "stateless"]
+__all__ = ["ApplyFn", "BoundApply", "InitFn", "Model", "bind", "from_module", "stateless"]

@@ -12,7 +12,7 @@ from funcgraph.errors import ConfigError
 from funcgraph.meta import (
     LR_PREFIX,
     STRATEGIES,
-    ApplyFn,
+    BoundApply,
     Task,
     anil,
     fomaml,
@@ -38,14 +38,14 @@ def tiny_tasks(seed: int = 0, tasks: int = TASKS) -> Task:
     return Task(sx, sy, qx, qy)
 
 
-def tiny_model() -> tuple[ApplyFn, Params]:
+def tiny_model() -> tuple[BoundApply, Params]:
     model = conv4(WAYS, hidden=18, image_size=8, dtype=DT)  # 18: the first block fuses
     params, state = model.init(random.key(1))
     return bind(model, state), params
 
 
 def reference_meta_grad(
-    apply: ApplyFn,
+    apply: BoundApply,
     meta_params: Params,
     tasks: Task,
     *,

@@ -6,10 +6,10 @@ tasks (``vmap`` or a loop), :mod:`.evaluate` scores held-out tasks with a 95% CI
 :mod:`.train` is the library behind ``funcgraph meta-train``.
 """
 
+from ..model import BoundApply
 from .evaluate import EvalResult, TaskSampler, confidence_interval, evaluate
 from .learner import (
     LR_PREFIX,
-    ApplyFn,
     MetaLearner,
     Objective,
     Task,
@@ -36,7 +36,7 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "LR_PREFIX",
     "STRATEGIES",
-    "ApplyFn",
+    "BoundApply",
     "EvalResult",
     "InnerLoop",
     "MetaLearner",

@@ -4,6 +4,10 @@ The protocol of the few-shot literature: sample ``episodes`` tasks (600 by defau
 held-out split, adapt on each support set, score each query set, and report the mean metric
 +- ``1.96 * std / sqrt(n)`` (normal approximation; ``std`` is the sample standard deviation,
 with ``n - 1``; the one formula is :func:`funcgraph.data.confidence_interval`).
+
+A learner whose model takes keys (:attr:`~funcgraph.meta.learner.MetaLearner.uses_keys`) gets
+one key per task, from the batch's key on a stream the samplers never draw from, so the tasks
+drawn (and a key-free model's scores) are exactly those of an evaluation without keys.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from .strategy import task_evals
 
 TaskSampler = Callable[[Key, int], Task]
 """``sample(key, num_tasks) -> Task``: a deterministic batch of tasks from one split."""
+
+_TASK_KEYS_TAG = 0x7461736B
+"""``fold_in`` tag of the per-task model keys under a batch's key (ASCII ``"task"``): far from
+the small tags and ``split`` counters that samplers use on that key."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,9 @@ def evaluate(
     """Evaluate ``learner`` at ``meta_params`` on ``episodes`` tasks from ``sample``.
 
     Tasks are drawn ``batch`` at a time with keys ``fold_in(key, i)``, so the result depends
-    only on ``key`` (not on ``batch``'s effect on timing). ``dtype`` casts the inputs.
+    only on ``key`` (not on ``batch``'s effect on timing). When the learner's model takes keys,
+    task ``t`` of batch ``i`` gets ``split(fold_in(fold_in(key, i), _TASK_KEYS_TAG), n)[t]``.
+    ``dtype`` casts the inputs.
     """
     if episodes < 1:
         raise ConfigError(f"evaluate: episodes must be >= 1, got {episodes}")
@@ -71,7 +81,11 @@ def evaluate(
     done = 0
     for i in range(math.ceil(episodes / batch)):
         n = min(batch, episodes - done)
-        tasks = sample(random.fold_in(key, i), n).to(device, dtype)
+        batch_key = random.fold_in(key, i)
+        tasks = sample(batch_key, n)
+        if learner.uses_keys:
+            tasks = tasks.with_keys(random.split(random.fold_in(batch_key, _TASK_KEYS_TAG), n))
+        tasks = tasks.to(device, dtype)
         loss, metric = task_evals(learner.task_eval, meta_params, tasks, strategy=strategy)
         losses.append(loss.detach().cpu())
         metrics.append(metric.detach().cpu())

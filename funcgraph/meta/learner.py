@@ -11,27 +11,49 @@ params, plus learned inner learning rates for Meta-SGD under ``"inner_lr.<name>"
 
 Both take one task; :mod:`funcgraph.meta.strategy` runs them over a batch of tasks with
 ``vmap`` or a loop, and the average over tasks is the meta-gradient.
+
+**Keys.** A task may carry a key ``k`` (:attr:`Task.key`): the model's randomness (dropout,
+stochastic depth) for that task. Every forward pass of the task gets its own key, derived
+with ``fold_in``, so a run is reproducible and resumable bit for bit:
+
+* inner step ``i`` (0-based) forwards the support set with ``fold_in(fold_in(k, 0), i)``
+  (:func:`support_keys`); the rematerialised reverse pass of MAML recomputes step ``i`` with
+  that same key, so it stays equal to differentiating through the inner loop;
+* the query pass after adaptation uses ``fold_in(k, 1)`` (:func:`query_key`).
+
+Support and query keys sit under different first folds, so the query key never equals a
+support step's, however many steps evaluation adapts for. Reptile's inner loop (on support
+and query together) takes the support keys and its final query forward the query key;
+prototypical networks embed the support set with support step 0's key and the query set with
+the query key. A task without a key (``key=None``) calls ``apply(params, x)`` exactly as
+before keys existed (:func:`call`), so any plain ``f(params, x)`` works; a task with a key
+needs an ``apply`` that takes ``key=`` (``funcgraph.bind`` makes one), which the learners
+check once when they are built (:func:`check_apply`).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import random
 from ..control import in_transform
-from ..errors import ConfigError
+from ..errors import ConfigError, ShapeError
+from ..model import BoundApply
 from ..params import Params
-
-ApplyFn = Callable[[Params, Tensor], Tensor]
-"""A plain ``f(params, x) -> y``; use ``funcgraph.bind(model, state)`` for a Model."""
+from ..random import Key
 
 LR_PREFIX = "inner_lr."
 """Meta-SGD's learned per-parameter inner learning rates live under this prefix."""
+
+_SUPPORT, _QUERY = 0, 1
+"""The first fold of a task key: the support steps' stream and the query pass's key."""
 
 
 class Task(NamedTuple):
@@ -39,34 +61,126 @@ class Task(NamedTuple):
 
     Classification: ``support_x (N*K, C, H, W)``, ``support_y (N*K,)`` int64 labels in
     ``[0, N)``, ``query_x (N*Q, C, H, W)``, ``query_y (N*Q,)``. Regression: ``(K, D)`` inputs
-    and ``(K, 1)`` targets.
+    and ``(K, 1)`` targets. ``key``: the task's model key ``(2,)`` (``(T, 2)`` for a batch;
+    see the module docstring), or ``None`` for a model without randomness.
     """
 
     support_x: Tensor
     support_y: Tensor
     query_x: Tensor
     query_y: Tensor
+    key: Key | None = None
 
     @classmethod
     def of(cls, batch: Any) -> Task:
-        """A :class:`Task` from any object with the four attributes (the data samplers' batch)."""
-        return cls(batch.support_x, batch.support_y, batch.query_x, batch.query_y)
+        """A :class:`Task` from any object with the four data attributes (the data samplers'
+        batch), keeping its ``key`` if it has one."""
+        return cls(batch.support_x, batch.support_y, batch.query_x, batch.query_y,
+                   getattr(batch, "key", None))
+
+    def _map(self, fn: Callable[[Tensor], Any]) -> Task:
+        """``fn`` on every tensor; a missing key stays ``None``."""
+        return Task._make(None if t is None else fn(t) for t in self)
 
     def to(self, device: torch.device | str | None = None,
            dtype: torch.dtype | None = None) -> Task:
-        """Move to ``device``; cast floating tensors (inputs, regression targets) to ``dtype``."""
-        def move(t: Tensor) -> Tensor:
-            return t.to(device=device, dtype=dtype if t.is_floating_point() else None)
-
-        return Task(*(move(t) for t in self))
+        """Move to ``device``; cast floating tensors (inputs, regression targets) to ``dtype``
+        (labels and keys are integers and keep their dtype)."""
+        return self._map(lambda t: t.to(device=device,
+                                        dtype=dtype if t.is_floating_point() else None))
 
     def pick(self, i: int | slice) -> Task:
-        """Task ``i`` (or a slice of tasks) of a batch."""
-        return Task(*(t[i] for t in self))
+        """Task ``i`` (or a slice of tasks) of a batch, with its key."""
+        return self._map(lambda t: t[i])
+
+    def with_keys(self, keys: Key) -> Task:
+        """This batch with one model key per task: ``keys (T, 2)`` int64 (``random.split``),
+        moved to the tasks' device.
+
+        Raises:
+            ShapeError: ``keys`` is not an int64 tensor of shape ``(num_tasks, 2)``.
+        """
+        want = (self.num_tasks, 2)
+        if not isinstance(keys, Tensor) or keys.dtype != torch.int64 or keys.shape != want:
+            got = (f"{keys.dtype} {tuple(keys.shape)}" if isinstance(keys, Tensor)
+                   else type(keys).__name__)
+            raise ShapeError(f"Task.with_keys: expected int64 keys of shape {want} (one per "
+                             f"task, e.g. random.split(key, {want[0]})), got {got}")
+        return self._replace(key=keys.to(self.support_x.device))
+
+    def vmap_dims(self) -> Any:
+        """``in_dims`` for ``vmap`` over this batch: 0 for every tensor, ``None`` for a missing
+        key (torch's pytrees count ``None`` as a leaf, which vmap cannot map over dim 0)."""
+        return self._map(lambda t: 0)
 
     @property
     def num_tasks(self) -> int:
         return int(self.support_x.shape[0])
+
+
+def support_keys(key: Key | None, steps: int) -> list[Key | None]:
+    """The keys of inner steps ``0..steps-1`` on the support set of a task with ``key``:
+    ``fold_in(fold_in(key, 0), i)``; all ``None`` for a key-free task."""
+    if key is None:
+        return [None] * steps
+    stream = random.fold_in(key, _SUPPORT)
+    return [random.fold_in(stream, i) for i in range(steps)]
+
+
+def query_key(key: Key | None) -> Key | None:
+    """The key of the query pass of a task with ``key``: ``fold_in(key, 1)``; ``None`` for a
+    key-free task."""
+    return None if key is None else random.fold_in(key, _QUERY)
+
+
+def call(apply: BoundApply, params: Params, x: Tensor, key: Key | None) -> Tensor:
+    """``apply(params, x)`` without a key, ``apply(params, x, key=key)`` with one.
+
+    The one place that decides how a learner calls the model: key-free tasks run exactly as
+    before keys existed, with any plain function of ``(params, x)``.
+    """
+    if key is None:
+        return apply(params, x)
+    return cast(Callable[..., Tensor], apply)(params, x, key=key)
+
+
+def accepts_key(apply: Callable[..., Any]) -> bool:
+    """Whether ``apply`` can be called with ``key=`` (a ``key`` parameter or ``**kwargs``).
+
+    A callable whose signature cannot be read (a builtin) counts as accepting: a call with a
+    key then fails, if at all, with the callable's own error.
+    """
+    try:
+        params = inspect.signature(apply).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is p.VAR_KEYWORD
+               or (p.name == "key" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+               for p in params)
+
+
+def check_apply(apply: BoundApply, who: str) -> tuple[BoundApply, bool]:
+    """``(apply, uses_keys)`` for the learner ``who``, from one look at ``apply``'s signature
+    when the learner is built (not per call).
+
+    An ``apply`` taking ``key=`` comes back as is, with ``uses_keys`` true. A plain
+    ``f(params, x)`` comes back wrapped: key-free tasks call it unchanged, and a task that
+    carries a key raises a :class:`ConfigError` naming ``who`` rather than a ``TypeError``
+    deep inside the inner loop.
+    """
+    if accepts_key(apply):
+        return apply, True
+    name = getattr(apply, "__qualname__", type(apply).__name__)
+
+    def keyless(params: Params, x: Tensor, *, key: Key | None = None) -> Tensor:
+        if key is not None:
+            raise ConfigError(
+                f"{who}: the tasks carry keys (Task.key) but apply {name!r} takes no key= "
+                "argument; pass funcgraph.bind(model, state, train=True), give the function a "
+                "key=None keyword, or use tasks without keys")
+        return apply(params, x)
+
+    return keyless, False
 
 
 class Objective(NamedTuple):
@@ -119,6 +233,9 @@ class MetaLearner:
         task_eval: one task's query loss and metric after adaptation with the eval settings.
         objective: the loss/metric pair.
         hparams: the settings, for configs and logs.
+        uses_keys: whether the model takes keys (its apply accepts ``key=``): then tasks
+            carrying keys reach it, and :func:`~funcgraph.meta.evaluate.evaluate` attaches
+            them; without, tasks must be key-free.
     """
 
     name: str
@@ -127,6 +244,7 @@ class MetaLearner:
     task_eval: TaskEvalFn
     objective: Objective
     hparams: dict[str, Any] = field(default_factory=dict)
+    uses_keys: bool = False
 
 
 def grad_of(
@@ -180,15 +298,19 @@ def model_params(meta_params: Params) -> Params:
 __all__ = [
     "LR_PREFIX",
     "OBJECTIVES",
-    "ApplyFn",
     "MetaLearner",
     "Objective",
     "Task",
     "TaskEvalFn",
     "TaskGradFn",
+    "accepts_key",
     "accuracy",
+    "call",
+    "check_apply",
     "grad_of",
     "model_params",
     "objective",
+    "query_key",
+    "support_keys",
     "task_grad_of",
 ]

@@ -22,32 +22,41 @@ the autograd graph of every inner step alive until the query loss is differentia
 inner loop without a graph (storing only each step's params), differentiate the query loss at
 the adapted params with a plain first-order backward, then walk the inner steps backwards,
 each step's Jacobian ``I - lr * H`` applied as one Hessian-vector product on the support set
-(its forward recomputed). The meta-gradient is the same to rounding; peak memory is one
-step's graph whatever the number of inner steps, and the query pass, the large one, is
-first order, so it takes the fastest kernels (native batch norm). It costs one more support
-forward and backward per inner step.
+(its forward recomputed, with that step's key, so dropout draws the same masks). The
+meta-gradient is the same to rounding; peak memory is one step's graph whatever the number of
+inner steps, and the query pass, the large one, is first order, so it takes the fastest
+kernels (native batch norm). It costs one more support forward and backward per inner step.
+
+Tasks with keys give each inner step and the query pass their own key (the schedule is in
+:mod:`funcgraph.meta.learner`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..model import BoundApply
 from ..params import Params
+from ..random import Key
 from .learner import (
     LR_PREFIX,
-    ApplyFn,
     MetaLearner,
     Objective,
     Task,
     TaskGradFn,
+    call,
+    check_apply,
     grad_of,
     model_params,
     objective,
+    query_key,
+    support_keys,
     task_grad_of,
 )
 
@@ -85,7 +94,7 @@ class InnerLoop:
 
 
 def adapt(
-    apply: ApplyFn,
+    apply: BoundApply,
     params: Params,
     x: Tensor,
     y: Tensor,
@@ -93,27 +102,30 @@ def adapt(
     loss: Callable[[Tensor, Tensor], Tensor],
     inner: InnerLoop,
     lrs: Params | None = None,
+    key: Key | None = None,
 ) -> Params:
     """Params after ``inner.steps`` SGD steps on ``loss(apply(params, x), y)``.
 
     Arguments:
-        apply: ``f(params, x) -> prediction``.
+        apply: ``f(params, x) -> prediction``; with a ``key``, ``f(params, x, key=...)``.
         params: the starting point (the meta-parameters of the model).
         x, y: the support set.
         loss: ``loss(prediction, y) -> scalar``.
         inner: steps, learning rate, first order, which params adapt.
         lrs: per-parameter learning-rate tensors (Meta-SGD), used instead of ``inner.lr``.
+        key: the task's key; step ``i`` forwards with ``support_keys(key, steps)[i]``.
     Returns:
         A new dict with every name of ``params``; non-adapted entries are the same tensors.
     """
     fast = {n: params[n] for n in inner.adapted(params)}
     frozen = {n: p for n, p in params.items() if n not in fast}
 
-    def support_loss(f: Params) -> Tensor:
-        return loss(apply({**frozen, **f}, x), y)
+    def support_loss(f: Params, step_key: Key | None) -> Tensor:
+        return loss(call(apply, {**frozen, **f}, x, step_key), y)
 
-    for _ in range(inner.steps):
-        grads = grad_of(support_loss, fast, create_graph=not inner.first_order)
+    for step_key in support_keys(key, inner.steps):
+        grads = grad_of(partial(support_loss, step_key=step_key), fast,
+                        create_graph=not inner.first_order)
         fast = {
             n: p - (lrs[n] if lrs is not None else inner.lr) * grads[n] for n, p in fast.items()
         }
@@ -121,7 +133,7 @@ def adapt(
 
 
 def task_loss(
-    apply: ApplyFn,
+    apply: BoundApply,
     meta_params: Params,
     task: Task,
     *,
@@ -132,18 +144,19 @@ def task_loss(
 
     ``meta_params`` may hold Meta-SGD rates under ``"inner_lr.<name>"``; they are then used
     as the per-parameter inner learning rates. Differentiate this (``torch.func.grad`` with
-    ``has_aux``) for the meta-gradient.
+    ``has_aux``) for the meta-gradient. A task key gives every inner step and the query pass
+    their own key (see :mod:`funcgraph.meta.learner`).
     """
     params, lrs = _split_rates(meta_params)
     fast = adapt(apply, params, task.support_x, task.support_y, loss=objective.loss,
-                 inner=inner, lrs=lrs)
+                 inner=inner, lrs=lrs, key=task.key)
     return _query_score(apply, fast, task, objective)
 
 
-def _query_score(apply: ApplyFn, params: Params, task: Task,
+def _query_score(apply: BoundApply, params: Params, task: Task,
                  objective: Objective) -> tuple[Tensor, Tensor]:
-    """``(loss, metric)`` of ``params`` on the task's query set."""
-    pred = apply(params, task.query_x)
+    """``(loss, metric)`` of ``params`` on the task's query set (with the query key)."""
+    pred = call(apply, params, task.query_x, query_key(task.key))
     return objective.loss(pred, task.query_y), objective.metric(pred, task.query_y)
 
 
@@ -154,7 +167,7 @@ def _split_rates(meta_params: Params) -> tuple[Params, Params | None]:
 
 
 def remat_task_grad(
-    apply: ApplyFn,
+    apply: BoundApply,
     *,
     objective: Objective,
     inner: InnerLoop,
@@ -166,7 +179,8 @@ def remat_task_grad(
     and applies, from the last step to the first, ``v <- v - d/dtheta (g_A(theta[k]) . (lr *
     v_A))``: the vector-Jacobian product of one step, a Hessian-vector product. Meta-SGD's
     rates get ``-sum_k g_A(theta[k]) * v_A`` (with ``v`` after step ``k``). First order skips
-    the Hessian term. Equal to differentiating :func:`task_loss`, to rounding.
+    the Hessian term. Each step's gradient is recomputed with that step's key. Equal to
+    differentiating :func:`task_loss`, to rounding.
     """
     # The query pass is first order: plain autograd outside transforms, where it is cheapest.
     query_grad = task_grad_of(lambda p, t: _query_score(apply, p, t, objective))
@@ -175,36 +189,37 @@ def remat_task_grad(
         params, lrs = _split_rates({n: p.detach() for n, p in meta_params.items()})
         adapted = inner.adapted(params)
 
-        def support_grad(p: Params, *, create_graph: bool = False) -> Params:
+        def support_grad(p: Params, key: Key | None, *, create_graph: bool = False) -> Params:
             frozen = {n: t for n, t in p.items() if n not in adapted}
             return grad_of(
-                lambda f: objective.loss(apply({**frozen, **f}, task.support_x), task.support_y),
+                lambda f: objective.loss(call(apply, {**frozen, **f}, task.support_x, key),
+                                         task.support_y),
                 {n: p[n] for n in adapted}, create_graph=create_graph)
 
         def rate(n: str) -> Tensor | float:
             return lrs[n] if lrs is not None else inner.lr
 
-        def hessian_vector(p: Params, u: Params) -> Params:
+        def hessian_vector(p: Params, u: Params, key: Key | None) -> Params:
             """``d/dtheta (g_A(p) . u)`` over every param: one step's second-order term."""
             return grad_of(lambda q: torch.stack(
-                [(g * u[n]).sum() for n, g in support_grad(q, create_graph=True).items()]
+                [(g * u[n]).sum() for n, g in support_grad(q, key, create_graph=True).items()]
             ).sum(), p)
 
-        # Forward: the params before each inner step and that step's gradient, no graph kept.
-        trajectory: list[tuple[Params, Params]] = []
+        # Forward: the params before each inner step, its key and its gradient, no graph kept.
+        trajectory: list[tuple[Params, Key | None, Params]] = []
         p = params
-        for _ in range(inner.steps):
-            g = support_grad(p)
-            trajectory.append((p, g))
+        for step_key in support_keys(task.key, inner.steps):
+            g = support_grad(p, step_key)
+            trajectory.append((p, step_key, g))
             p = {**p, **{n: p[n] - rate(n) * g[n] for n in adapted}}
         v, loss, metric = query_grad(p, task)
         # Reverse: v <- v - H(p_k) (rate * v_A), from the last step to the first.
         rate_grads = {n: torch.zeros_like(params[n]) for n in adapted} if lrs else {}
-        for p, g in reversed(trajectory):
+        for p, step_key, g in reversed(trajectory):
             for n in rate_grads:
                 rate_grads[n] = rate_grads[n] - g[n] * v[n]
             if not inner.first_order:
-                hvp = hessian_vector(p, {n: rate(n) * v[n] for n in adapted})
+                hvp = hessian_vector(p, {n: rate(n) * v[n] for n in adapted}, step_key)
                 v = {n: v[n] - hvp[n] for n in v}
         grads = {**v, **{LR_PREFIX + n: t for n, t in rate_grads.items()}}
         return {n: grads[n] for n in meta_params}, loss, metric
@@ -213,7 +228,7 @@ def remat_task_grad(
 
 
 def maml(
-    apply: ApplyFn,
+    apply: BoundApply,
     *,
     kind: str = "classification",
     inner_steps: int = 1,
@@ -228,7 +243,8 @@ def maml(
     """MAML (second order by default) as a :class:`MetaLearner`.
 
     Arguments:
-        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state)``).
+        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
+            tasks with keys need it to take ``key=`` (see :func:`~.learner.check_apply`).
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
         inner_steps, inner_lr: the inner loop used for meta-training.
         eval_steps: inner steps at evaluation (default: ``inner_steps``).
@@ -238,6 +254,9 @@ def maml(
         remat: rematerialise the inner loop (:func:`remat_task_grad`): same meta-gradient,
             peak memory of one inner step, first-order query pass.
     """
+    default = "metasgd" if learn_lr else "anil" if adapt_prefix else (
+        "fomaml" if first_order else "maml")
+    apply, uses_keys = check_apply(apply, name or default)
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order, adapt_prefix)
     # Evaluation never differentiates through the adaptation: first order is exact there.
@@ -261,26 +280,25 @@ def maml(
         loss, metric = task_loss(apply, meta_params, task, objective=obj, inner=eval_inner)
         return loss.detach(), metric
 
-    default = "metasgd" if learn_lr else "anil" if adapt_prefix else (
-        "fomaml" if first_order else "maml")
     hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr,
                "eval_steps": eval_inner.steps, "first_order": first_order,
                "learn_lr": learn_lr, "adapt_prefix": adapt_prefix, "kind": kind,
                "remat": remat}
-    return MetaLearner(name or default, init, task_grad, task_eval, obj, hparams)
+    return MetaLearner(name or default, init, task_grad, task_eval, obj, hparams,
+                       uses_keys=uses_keys)
 
 
-def fomaml(apply: ApplyFn, **kw: object) -> MetaLearner:
+def fomaml(apply: BoundApply, **kw: object) -> MetaLearner:
     """First-order MAML: :func:`maml` with ``first_order=True``."""
     return maml(apply, first_order=True, **kw)  # type: ignore[arg-type]
 
 
-def metasgd(apply: ApplyFn, **kw: object) -> MetaLearner:
+def metasgd(apply: BoundApply, **kw: object) -> MetaLearner:
     """Meta-SGD: :func:`maml` with learned per-parameter inner learning rates."""
     return maml(apply, learn_lr=True, **kw)  # type: ignore[arg-type]
 
 
-def anil(apply: ApplyFn, *, head: str = "head", **kw: object) -> MetaLearner:
+def anil(apply: BoundApply, *, head: str = "head", **kw: object) -> MetaLearner:
     """ANIL: :func:`maml` adapting only the params under ``head`` in the inner loop."""
     return maml(apply, adapt_prefix=head, **kw)  # type: ignore[arg-type]
 

@@ -3,7 +3,8 @@
 ``embed(params, x)`` maps images to vectors (conv4 with ``ways=None``). A class prototype is
 the mean embedding of its support examples; a query's logits are the negative squared
 Euclidean distances to the prototypes, trained with cross-entropy. No inner loop: adaptation
-is computing the prototypes.
+is computing the prototypes. With task keys, the support embedding uses the key of support
+step 0 and the query embedding the query key (see :mod:`funcgraph.meta.learner`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,19 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..model import BoundApply
 from ..params import Params
-from .learner import ApplyFn, MetaLearner, Task, accuracy, objective, task_grad_of
+from .learner import (
+    MetaLearner,
+    Task,
+    accuracy,
+    call,
+    check_apply,
+    objective,
+    query_key,
+    support_keys,
+    task_grad_of,
+)
 
 
 def prototypes(support: Tensor, labels: Tensor, ways: int) -> Tensor:
@@ -26,14 +38,17 @@ def squared_distances(queries: Tensor, protos: Tensor) -> Tensor:
     return (queries.unsqueeze(1) - protos.unsqueeze(0)).pow(2).sum(-1)
 
 
-def protonet_logits(embed: ApplyFn, params: Params, task: Task, ways: int) -> Tensor:
+def protonet_logits(embed: BoundApply, params: Params, task: Task, ways: int) -> Tensor:
     """``(N*Q, ways)`` logits: minus squared distances of query embeddings to prototypes."""
-    protos = prototypes(embed(params, task.support_x), task.support_y, ways)
-    return -squared_distances(embed(params, task.query_x), protos)
+    (support_key,) = support_keys(task.key, 1)
+    protos = prototypes(call(embed, params, task.support_x, support_key), task.support_y, ways)
+    return -squared_distances(call(embed, params, task.query_x, query_key(task.key)), protos)
 
 
-def protonet(embed: ApplyFn, *, ways: int) -> MetaLearner:
-    """Prototypical networks over ``embed(params, x) -> (B, D)`` for ``ways``-way tasks."""
+def protonet(embed: BoundApply, *, ways: int) -> MetaLearner:
+    """Prototypical networks over ``embed(params, x) -> (B, D)`` for ``ways``-way tasks (tasks
+    with keys need ``embed`` to take ``key=``)."""
+    embed, uses_keys = check_apply(embed, "protonet")
     obj = objective("classification")
 
     def loss_fn(params: Params, task: Task) -> tuple[Tensor, Tensor]:
@@ -46,7 +61,8 @@ def protonet(embed: ApplyFn, *, ways: int) -> MetaLearner:
         loss, acc = loss_fn(params, task)
         return loss.detach(), acc
 
-    return MetaLearner("protonet", dict, task_grad, task_eval, obj, {"ways": ways})
+    return MetaLearner("protonet", dict, task_grad, task_eval, obj, {"ways": ways},
+                       uses_keys=uses_keys)
 
 
 __all__ = ["prototypes", "protonet", "protonet_logits", "squared_distances"]

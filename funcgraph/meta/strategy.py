@@ -20,6 +20,10 @@ rounding); which is faster depends on the device and the task shape:
 ``"auto"`` takes the measured default for the device and task size
 (:func:`default_strategy`); ``"measure"`` times both on the real batch and keeps the faster
 (:func:`measure_strategies`).
+
+Task keys (:attr:`~funcgraph.meta.learner.Task.key`) travel with their tasks: ``pick`` hands
+each task its own key, and ``vmap`` maps the key dim with the data (or maps no key at all for
+key-free tasks), so every strategy gives each task the same randomness.
 """
 
 from __future__ import annotations
@@ -115,7 +119,7 @@ def mean_task_grads(
     Arguments:
         task_grad: ``(meta_params, one task) -> (grads, loss, metric)``.
         meta_params: shared by every task.
-        tasks: a batch of ``T`` tasks (leading dim ``T`` on every tensor).
+        tasks: a batch of ``T`` tasks (leading dim ``T`` on every tensor, the keys included).
         strategy: ``"loop"``, ``"threads"`` or ``"vmap"``.
         chunk_size: with ``"vmap"``, map at most this many tasks at a time (memory bound).
         workers: with ``"threads"``, the worker threads (default ``torch.get_num_threads()``).
@@ -124,7 +128,7 @@ def mean_task_grads(
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = torch.func.vmap(
-            task_grad, in_dims=(None, 0), chunk_size=chunk_size
+            task_grad, in_dims=(None, tasks.vmap_dims()), chunk_size=chunk_size
         )(meta_params, tasks)
         return {n: g.mean(0) for n, g in grads.items()}, loss.mean(), metric.mean()
     total: Params = {}
@@ -153,9 +157,9 @@ def task_evals(
     (arguments as :func:`mean_task_grads`)."""
     _check(strategy)
     if strategy == "vmap":
-        loss, metric = torch.func.vmap(task_eval, in_dims=(None, 0), chunk_size=chunk_size)(
-            meta_params, tasks
-        )
+        loss, metric = torch.func.vmap(
+            task_eval, in_dims=(None, tasks.vmap_dims()), chunk_size=chunk_size
+        )(meta_params, tasks)
         return loss, metric
     pairs = list(per_task(lambda t: task_eval(meta_params, tasks.pick(t)), tasks.num_tasks,
                           workers=_workers(strategy, workers)))
