@@ -43,15 +43,16 @@ from funcgraph.nas import (
     Genotype,
     SearchConfig,
     SearchData,
-    accuracy,
-    glyph_halves,
+    build_search_model,
+    epoch_batches,
     is_arch,
+    make_search_step,
     network_from_genotype,
     random_genotype,
-    run_search,
+    supernet_accuracy,
 )
-from funcgraph.nas.search import _batches, build_search_model, make_search_step
 from funcgraph.params import partition
+from funcgraph.runs import glyph_halves, run_search
 from funcgraph.train import cosine_lr, sgd
 
 MODES: dict[str, dict[str, Any]] = {
@@ -77,7 +78,7 @@ def cost_one(mode: str, steps: int) -> dict[str, Any]:
     b = cfg.bilevel
     groups = {"weights": weights, "arch": arch, "state": state,
               "opt_w": b.weight_optimizer().init(weights), "opt_a": b.arch_optimizer().init(arch)}
-    per_epoch, batch = _batches(data, cfg.batch_size, cfg.seed)
+    per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
     total = cfg.epochs * per_epoch
     step = make_search_step(model, cfg, batch, total)
     base = _rss_mb()
@@ -132,7 +133,7 @@ def train_discrete(model: Model, data: SearchData, *, steps: int, seed: int,
         g, state = torch.func.grad(loss, has_aux=True)(params, data.train_x[idx],
                                                       data.train_y[idx])
         params, opt_state = opt.update(params, g, opt_state, lr=cosine_lr(lr, i, steps))
-    return accuracy(model, params, state, data.val_x, data.val_y)
+    return supernet_accuracy(model, params, state, data.val_x, data.val_y)
 
 
 def _train_job(job: tuple[dict[str, Any], int, int, int, int, int]) -> float:

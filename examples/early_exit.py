@@ -17,8 +17,9 @@ import torch
 
 from funcgraph import random
 from funcgraph.models.early_exit import early_exit_cnn, early_exit_loss
+from funcgraph.runs.train import glyph_classes
 from funcgraph.train import adam
-from funcgraph.train.supervised import Batch, class_split, glyph_classes, sample_batch, train_step
+from funcgraph.train.supervised import Batch, class_split, sample_batch, train_step
 
 
 def synthetic(classes: int, image_size: int) -> tuple[Batch, Batch]:

@@ -62,6 +62,8 @@ def main() -> None:
     """
     import sys
 
+    from rich.markup import escape
+
     from .commands.common import USER_ERROR_EXIT, err_console
 
     # click's UsageError (unknown option, bad value, missing argument), whichever click typer
@@ -71,8 +73,8 @@ def main() -> None:
         code = app(standalone_mode=False)
     except usage_error as e:
         hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
-        err_console.print(f"[red]error:[/red] {e.format_message()}{hint}", highlight=False,
-                          soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(e.format_message() + hint)}",
+                          highlight=False, soft_wrap=True)
         sys.exit(USER_ERROR_EXIT)
     except typer.Abort:
         sys.exit(130)

@@ -6,7 +6,8 @@ import sys
 import torch
 
 from funcgraph import distributed, random
-from funcgraph.nas import SearchConfig, SearchData, run_search
+from funcgraph.nas import SearchConfig, SearchData
+from funcgraph.runs import run_search
 
 CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None)
 

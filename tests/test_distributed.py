@@ -177,7 +177,8 @@ def test_search_on_two_ranks_stays_in_sync_and_writes_once(tmp_path):
 
 def test_second_order_search_refuses_to_run_distributed(tmp_path):
     from funcgraph.errors import ConfigError
-    from funcgraph.nas import BilevelConfig, SearchConfig, run_search
+    from funcgraph.nas import BilevelConfig, SearchConfig
+    from funcgraph.runs import run_search
 
     cfg = SearchConfig(C=2, layers=3, epochs=1, batch_size=8, stop_skips=None,
                        bilevel=BilevelConfig(order="second"))

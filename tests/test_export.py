@@ -21,7 +21,7 @@ from funcgraph.cli import app
 from funcgraph.control import cond
 from funcgraph.errors import ExportError
 from funcgraph.export import export, export_onnx, onnx_available, read_metadata
-from funcgraph.models import build
+from funcgraph.runs import resolve_model
 from funcgraph.train.run import Run
 
 
@@ -159,7 +159,7 @@ def test_onnx_export_writes_a_model(tmp_path: Path) -> None:  # pragma: no cover
 
 
 def make_run(tmp_path: Path, config: dict) -> tuple[Path, funcgraph.Model, dict, dict]:
-    model = build(config["model"])
+    model = resolve_model(config["model"])
     params, state = model.init(random.key(0))
     run = Run.create(tmp_path / "run", config)
     run.save("last", {"params": params, "state": state}, {"step": 3})

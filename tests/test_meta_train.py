@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 from funcgraph import random
 from funcgraph.cli import app
 from funcgraph.meta import Task
-from funcgraph.meta.sources import TaskSources
-from funcgraph.meta.train import MetaTrainConfig, evaluate_run, meta_train
+from funcgraph.runs import MetaTrainConfig, TaskSources, evaluate_run, meta_train
 from funcgraph.train import Run
 
 WAYS = 3
@@ -140,7 +139,7 @@ def test_sinusoid_meta_train_then_evaluate_from_the_run_directory(tmp_path: Path
                                  "--inner-steps-eval", "2"])
     assert result.exit_code == 0, result.output
     assert "5 tasks" in result.output
-    _, res = evaluate_run(out, episodes=3, device="cpu")
+    _, _, res = evaluate_run(out, episodes=3, device="cpu")
     assert res.episodes == 3 and res.metric_name == "mse"
 
 

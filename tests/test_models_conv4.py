@@ -8,8 +8,9 @@ from torch import nn
 
 from funcgraph import bind, random
 from funcgraph.errors import ConfigError
-from funcgraph.models import REGISTRY, build, conv4, mlp
+from funcgraph.models import conv4, mlp
 from funcgraph.models.conv4 import conv4_module
+from funcgraph.runs import resolve_model
 
 
 @pytest.mark.parametrize("variant,size", [("strided", 28), ("pool", 28), ("pool", 32)])
@@ -63,11 +64,11 @@ def test_mlp_matches_sequential() -> None:
     torch.testing.assert_close(bind(model, {})(params, x), want)
 
 
-def test_build_rebuilds_from_a_run_config() -> None:
-    assert {"conv4", "mlp"} <= set(REGISTRY)
-    model = build({"name": "conv4", "ways": 5, "hidden": 8, "variant": "pool"})
-    assert model.meta["variant"] == "pool"
-    with pytest.raises(ConfigError, match="model.name"):
-        build({"name": "nope"})
-    with pytest.raises(ConfigError, match="bad hyperparameters"):
-        build({"name": "mlp", "widthh": 3})
+def test_resolve_model_rebuilds_from_a_run_config() -> None:
+    model = resolve_model({"name": "conv4", "ways": 5, "in_channels": 1, "hidden": 8,
+                           "variant": "pool"})
+    assert model.meta["variant"] == "pool", "the recorded hyperparameters reach conv4"
+    with pytest.raises(ConfigError, match="nope"):
+        resolve_model({"name": "nope"})
+    with pytest.raises(ConfigError, match="did you mean 'hidden'"):
+        resolve_model({"name": "mlp", "in_features": 1, "out_features": 1, "hiddn": 3})

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 from funcgraph import random
 from funcgraph.cli import app
 from funcgraph.errors import CheckpointError, ConfigError, ShapeError
-from funcgraph.nas import BilevelConfig, Genotype, SearchConfig, SearchData, run_search
-from funcgraph.nas import search as search_module
+from funcgraph.nas import BilevelConfig, Genotype, SearchConfig, SearchData
+from funcgraph.runs import run_search
+from funcgraph.runs import search as search_module
 from funcgraph.train import Run
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from funcgraph import nn, random
 from funcgraph.cli import app
+from funcgraph.runs import train as train_run
 from funcgraph.train import adam
 from funcgraph.train import supervised as sup
 from funcgraph.train.supervised import (
@@ -72,7 +73,7 @@ def _placeholder_glyphs(split: str, classes: int, val_per_class: int,
 
 @pytest.fixture
 def tiny_glyphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sup, "glyph_classes", _placeholder_glyphs)
+    monkeypatch.setattr(train_run, "glyph_classes", _placeholder_glyphs)
 
 
 TINY_RESNET = ["--set", "depth=8", "--set", "width=4", "--set", "data.classes=4",
@@ -104,7 +105,7 @@ def test_train_resnet_sd_writes_a_run_survives_ctrl_c_and_resumes_bit_identicall
     config = json.loads((tmp_path / "full/config.json").read_text())
     assert config["model"]["name"] == "resnet" and config["model"]["num_classes"] == 4
     # Ctrl-C during step 3 of 4, then --resume: the same tensors as the uninterrupted run.
-    real = sup.train_step
+    real = train_run.train_step
 
     def interrupted_after_two(*args: Any, **kwargs: Any) -> Any:
         step = real(*args, **kwargs)
@@ -119,10 +120,10 @@ def test_train_resnet_sd_writes_a_run_survives_ctrl_c_and_resumes_bit_identicall
         return wrapped
 
     part = str(tmp_path / "part")
-    monkeypatch.setattr(sup, "train_step", interrupted_after_two)
+    monkeypatch.setattr(train_run, "train_step", interrupted_after_two)
     code, output = _train("--steps", "4", "--out", part, *TINY_RESNET)
     assert code == 130, output
-    monkeypatch.setattr(sup, "train_step", real)
+    monkeypatch.setattr(train_run, "train_step", real)
     code, output = _train("--steps", "4", "--out", part, "--resume", *TINY_RESNET)
     assert code == 0, output
     full, resumed = _params(tmp_path / "full"), _params(Path(part))

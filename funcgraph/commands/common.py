@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from ..errors import FuncgraphError
+from ..errors import ConfigError, FuncgraphError
 
 if TYPE_CHECKING:
     from ..distributed import DistEnv
@@ -25,9 +27,24 @@ USER_ERROR_EXIT = 2
 
 
 def fail(message: str) -> typer.Exit:
-    """Print ``message`` as one red line on stderr and return the exit to raise (code 2)."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """Print ``message`` as one red line on stderr and return the exit to raise (code 2).
+
+    The message is escaped: user text such as ``[bold]`` or ``[/x]`` prints as written,
+    never as rich markup (which would vanish or crash the printer)."""
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(USER_ERROR_EXIT)
+
+
+def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
+    """``"1,1,28,28"`` (or ``1x1x28x28``) -> ``(1, 1, 28, 28)``; :class:`ConfigError` for
+    anything but positive ints."""
+    try:
+        shape = tuple(int(p) for p in re.split(r"[,x]", text.strip()))
+    except ValueError:
+        shape = ()
+    if not shape or any(d < 1 for d in shape):
+        raise ConfigError(f"{option}: expected positive ints like 1,1,28,28, got {text!r}")
+    return shape
 
 
 def user_errors(fn: F) -> F:

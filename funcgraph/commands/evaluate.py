@@ -31,16 +31,19 @@ def evaluate(
     """
     import torch
 
-    from ..meta.train import evaluate_run
+    from ..runs import evaluate_run
 
     if threads:
         torch.set_num_threads(threads)
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")
-    run, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
-                               inner_steps_eval=inner_steps_eval, device=device, seed=seed)
-    console.print(f"{run.path}: {result}", highlight=False)
+    run, tag, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes,
+                                    checkpoint=checkpoint, inner_steps_eval=inner_steps_eval,
+                                    device=device, seed=seed)
+    fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
+    console.print(f"{run.path} ({tag} checkpoint{fallback}): {result}", highlight=False,
+                  markup=False)
 
 
 def register(app: typer.Typer) -> None:

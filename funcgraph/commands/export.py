@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import console, user_errors
+from .common import console, parse_shape, user_errors
 
 
 @user_errors
@@ -17,7 +17,7 @@ def export(
         Path("model.pt2"),
     checkpoint: Annotated[str, typer.Option(help="Checkpoint tag: last or best.")] = "last",
     input_shape: Annotated[str | None, typer.Option(
-        help="Example input shape with batch dim (default: the run's or model's).")] = None,
+        help="Example input shape with batch dim (default: what the run trained on).")] = None,
     dynamic_batch: Annotated[bool, typer.Option(
         "--dynamic-batch/--static-batch", help="Make the batch dim symbolic.")] = True,
     onnx: Annotated[Path | None, typer.Option(
@@ -29,42 +29,19 @@ def export(
 
     Example: funcgraph export runs/omniglot --out model.pt2 --checkpoint best
     """
-    import torch
+    from ..runs import export_run
 
-    from .. import random
-    from ..errors import ConfigError
-    from ..export import export as export_program
-    from ..export import export_onnx
-    from ..factory import meta_init
-    from ..train.run import Run
-    from .graph import model_input_shape, resolve_model
-
-    run = Run.open(run_dir)
-    spec = run.config.get("model")
-    if not spec:
-        raise ConfigError(f"{run_dir}/config.json has no 'model' entry to rebuild the model from")
-    model = resolve_model(spec)
-    expect_params, expect_state = meta_init(model)
-    groups, _ = run.load(checkpoint, expect={"params": expect_params, "state": expect_state})
-    params, state = groups.get("params", {}), groups.get("state", {})
-    shape = model_input_shape(model, input_shape, run.config.get("input_shape"))
-    x = random.normal(random.key(0), shape)
-    program = export_program(model, params, state, x, dynamic_batch=dynamic_batch, path=out)
-    expected, _ = model.apply(params, state, x, train=False)
-    got = torch.export.load(str(out)).module()(x)
-    err = max((a - b).abs().max().item() for a, b in zip(
-        torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got),
-        strict=True))
-    ops = sum(1 for n in program.graph.nodes if n.op == "call_function")
+    shape = parse_shape(input_shape) if input_shape is not None else None
+    done = export_run(run_dir, out, checkpoint=checkpoint, input_shape=shape,
+                      dynamic_batch=dynamic_batch, onnx=onnx)
     console.print(
-        f"exported {model.name} ({checkpoint}) to {out}: {ops} ops, "
-        f"{'dynamic' if dynamic_batch else 'static'} batch, input {list(shape)}, "
-        f"max |reloaded - eager| = {err:.2e}",
-        highlight=False,
+        f"exported {done.model_name} ({done.checkpoint}) to {done.path}: {done.ops} ops, "
+        f"{'dynamic' if dynamic_batch else 'static'} batch, input {list(done.input_shape)}, "
+        f"max |reloaded - eager| = {done.max_abs_error:.2e}",
+        highlight=False, markup=False,
     )
     if onnx is not None:
-        export_onnx(model, params, state, x, onnx, dynamic_batch=dynamic_batch)
-        console.print(f"wrote ONNX to {onnx}", highlight=False)
+        console.print(f"wrote ONNX to {onnx}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

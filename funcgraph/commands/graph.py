@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import DeviceOption, console, user_errors
+from .common import DeviceOption, console, parse_shape, user_errors
 
 if TYPE_CHECKING:
     from ..model import Model
@@ -24,62 +21,15 @@ class GraphFormat(StrEnum):
     svg = "svg"
 
 
-def _literal(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError:
-        return value
-
-
-def resolve_model(spec: str | Mapping[str, Any], overrides: Mapping[str, str] | None = None
-                  ) -> Model:
-    """The Model named by ``spec``: a config file, a shipped config or a registered model name
-    (through :func:`funcgraph.factory.load_model`), or a run config's ``model`` entry (a
-    config mapping, or ``{"name": NAME, **hyperparams}`` for :func:`funcgraph.models.build`).
-    A name the factory does not know is looked up in :data:`funcgraph.models.REGISTRY`.
-    """
-    from ..errors import ConfigError
-    from ..factory import build, load_model
-    from ..models import REGISTRY
-    from ..models import build as build_named
-
-    overrides = dict(overrides or {})
-    literal = {k: _literal(v) for k, v in overrides.items()}
-    if isinstance(spec, Mapping):
-        if "layers" in spec or "model" in spec:
-            return build(spec, overrides).model
-        return build_named({**spec, **literal})
-    try:
-        return load_model(spec, overrides)
-    except ConfigError:
-        if spec not in REGISTRY:
-            raise
-    return build_named({"name": spec, **literal})
-
-
-def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
-    """``"1,1,28,28"`` -> ``(1, 1, 28, 28)``; :class:`ConfigError` on anything else."""
-    from ..errors import ConfigError
-
-    try:
-        shape = tuple(int(p) for p in re.split(r"[,x]", text.strip()))
-    except ValueError:
-        shape = ()
-    if not shape or any(d < 1 for d in shape):
-        raise ConfigError(f"{option}: expected positive ints like 1,1,28,28, got {text!r}")
-    return shape
-
-
-def model_input_shape(model: Model, given: str | None, *sources: Any) -> tuple[int, ...]:
-    """The input shape from the option, else the first source that has one, else the model's
-    ``meta["input_shape"]`` (recorded by config-built models)."""
+def model_input_shape(model: Model, given: str | None) -> tuple[int, ...]:
+    """The input shape from ``--input-shape``, else the model config's ``input_shape``."""
     from ..errors import ConfigError
 
     if given:
         return parse_shape(given)
-    for value in (*sources, model.meta.get("input_shape")):
-        if value:
-            return parse_shape(",".join(str(d) for d in value), "input_shape")
+    recorded = model.meta.get("input_shape")
+    if recorded:
+        return tuple(int(d) for d in recorded)
     raise ConfigError(f"model {model.name!r} records no input shape; pass --input-shape, "
                       "e.g. --input-shape 1,1,28,28")
 
@@ -116,6 +66,7 @@ def graph(
     from ..errors import ShapeError
     from ..factory import parse_overrides
     from ..placement import resolve_device
+    from ..runs import resolve_model
 
     dev = resolve_device(device)
     built = resolve_model(model, parse_overrides(overrides or []))

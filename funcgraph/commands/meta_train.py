@@ -114,8 +114,9 @@ def meta_train(
 
     from .. import distributed
     from ..allocator import keep_freed_memory
-    from ..meta.sources import model_config, task_sources
-    from ..meta.train import default_config, meta_train
+    from ..factory import parse_overrides
+    from ..runs import default_config, meta_train, task_sources
+    from ..runs.meta_train import model_config
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
@@ -138,15 +139,16 @@ def meta_train(
     )
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
                            data_root=cfg.data_root, rotate=cfg.rotate)
-    cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model, sets=set_ or []))
+    cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
+                                          overrides=parse_overrides(set_ or [])))
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"
     if env.is_main:
-        console.print(f"run directory: {out}", highlight=False)
+        console.print(f"run directory: {out}", highlight=False, markup=False)
     with distributed.joined(env):
         meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
-                   echo=lambda line: console.print(line, highlight=False))
+                   echo=lambda line: console.print(line, highlight=False, markup=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import ConfigError
-from .common import console, user_errors
+from .common import console, parse_shape, user_errors
 
 model_app = typer.Typer(
     help="Model configs: check one (layers, shapes, parameter counts) or list what is available.",
@@ -19,18 +18,6 @@ SetOption = Annotated[
     typer.Option("--set", help="Override a variable or config path: --set hidden=128 "
                                "(repeatable; values are JSON literals or plain strings)."),
 ]
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"1,1,28,28"`` -> ``(1, 1, 28, 28)``; ConfigError for anything else."""
-    try:
-        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
-    except ValueError:
-        raise ConfigError(f"--input-shape {text}: expected comma-separated ints, e.g. 1,1,28,28"
-                          ) from None
-    if any(d < 0 for d in shape):
-        raise ConfigError(f"--input-shape {text}: dimensions must be >= 0")
-    return shape
 
 
 @user_errors

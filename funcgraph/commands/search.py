@@ -77,8 +77,9 @@ def search(
     from .. import distributed
     from ..allocator import keep_freed_memory
     from ..errors import ConfigError
-    from ..nas import BilevelConfig, SearchConfig, glyph_halves, run_search
+    from ..nas import BilevelConfig, SearchConfig
     from ..placement import resolve_device
+    from ..runs import glyph_halves, run_search
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
@@ -99,22 +100,22 @@ def search(
     if env.is_main:
         console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "
-                      f"device {dev}, {env.world_size} process(es)", highlight=False)
+                      f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)
     with distributed.joined(env):
         result = run_search(out, data, cfg, resume=resume, device=dev, env=env)
     if not env.is_main:
         return
     g = result.genotype
-    console.print(f"normal: {[list(e) for e in g.normal]}", highlight=False)
-    console.print(f"reduce: {[list(e) for e in g.reduce]}", highlight=False)
+    console.print(f"normal: {[list(e) for e in g.normal]}", highlight=False, markup=False)
+    console.print(f"reduce: {[list(e) for e in g.reduce]}", highlight=False, markup=False)
     stop = " (stopped early by the collapse guard)" if result.stopped_early else ""
     console.print(
         f"{result.steps_done} steps in {result.seconds:.0f} s{stop}; supernet validation "
         f"accuracy {result.val_acc:.3f}; skip connections normal {g.skips('normal')}, "
-        f"reduce {g.skips('reduce')}", highlight=False,
+        f"reduce {g.skips('reduce')}", highlight=False, markup=False,
     )
     console.print(f"wrote {result.path / 'genotype.json'}, alpha_history.jsonl, alphas.png",
-                  highlight=False)
+                  highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

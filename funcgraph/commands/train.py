@@ -59,7 +59,7 @@ def train(
     from .. import distributed
     from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
-    from ..train.supervised import fit, train_config
+    from ..runs import fit, train_config
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
@@ -76,10 +76,10 @@ def train(
         label = "genotype" if genotype else Path(model).stem
         out = Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     if env.is_main:
-        console.print(f"run directory: {out}", highlight=False)
+        console.print(f"run directory: {out}", highlight=False, markup=False)
     with distributed.joined(env):
         fit(cfg, out, resume=resume, device=device, env=env,
-            echo=lambda line: console.print(line, highlight=False))
+            echo=lambda line: console.print(line, highlight=False, markup=False))
 
 
 def register(app: typer.Typer) -> None:

@@ -20,7 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 from torch import Tensor
 
-from ..train.checkpoint import atomic_write
+from ..files import atomic_write
 
 
 def cache_path(cache_dir: Path | None, stem: str) -> Path:

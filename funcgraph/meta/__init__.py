@@ -2,8 +2,9 @@
 
 Every algorithm is a :class:`MetaLearner`, pure functions over a flat dict of
 meta-parameters taking any ``apply(params, x)``; :mod:`.strategy` maps them over a batch of
-tasks (``vmap`` or a loop), :mod:`.evaluate` scores held-out tasks with a 95% CI, and
-:mod:`.train` is the library behind ``funcgraph meta-train``.
+tasks (``vmap``, a loop or threads) and :mod:`.evaluate` scores held-out tasks with a 95% CI.
+The run behind ``funcgraph meta-train`` (config, checkpoints, validation) is
+:mod:`funcgraph.runs.meta_train`.
 """
 
 from ..model import BoundApply

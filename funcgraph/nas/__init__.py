@@ -1,5 +1,7 @@
 """DARTS architecture search as pure functions: candidate ops, mixed ops, cells, the bilevel
-step with exact hypergradients, genotype derivation and the discrete network."""
+step with exact hypergradients, the search step, genotype derivation and the discrete
+network. The run around a search (epochs, collapse guard, files) is in
+:mod:`funcgraph.runs`."""
 
 from .bilevel import (
     BilevelConfig,
@@ -24,41 +26,52 @@ from .genotype import Genotype, derive_cell, derive_genotype, random_genotype
 from .mixed import channel_shuffle, mixed_op, weighted_sum
 from .network import discrete_cell, network_from_genotype
 from .ops import OPS, PRIMITIVES, factorized_reduce, make_op
-from .search import SearchConfig, SearchData, SearchResult, accuracy, glyph_halves, run_search
+from .search import (
+    BatchFn,
+    ImageBatch,
+    SearchConfig,
+    SearchData,
+    build_search_model,
+    epoch_batches,
+    make_search_step,
+    supernet_accuracy,
+)
 
 __all__ = [
     "ARCH_PREFIX",
     "OPS",
     "PRIMITIVES",
+    "BatchFn",
     "BilevelConfig",
     "Genotype",
+    "ImageBatch",
     "LossFn",
     "SearchConfig",
     "SearchData",
-    "SearchResult",
-    "accuracy",
     "arch_gradient",
     "arch_weights",
+    "build_search_model",
     "channel_shuffle",
     "clip_grad_norm",
     "derive_cell",
     "derive_genotype",
     "discrete_cell",
     "edge_inputs",
+    "epoch_batches",
     "factorized_reduce",
     "first_order_gradient",
-    "glyph_halves",
     "hypergradient",
     "is_arch",
     "layout",
+    "make_search_step",
     "make_op",
     "mixed_op",
     "network_from_genotype",
     "num_edges",
     "random_genotype",
-    "run_search",
     "search_cell",
     "search_network",
+    "supernet_accuracy",
     "unrolled_weights",
     "weighted_sum",
 ]

@@ -1,10 +1,16 @@
-"""The library behind ``funcgraph meta-train`` and ``funcgraph evaluate``.
+"""What ``funcgraph meta-train`` runs: a config, a model and a learner, the loop, the test.
 
 :func:`meta_train` builds the model and the meta-learner from a :class:`MetaTrainConfig`,
 runs :func:`funcgraph.train.run_loop` (progress, ``metrics.jsonl``, ``last``/``best``
 checkpoints, Ctrl-C, resume), validates periodically on the validation split, and scores
-the best checkpoint on held-out tasks. Step ``s`` draws its tasks with
-``fold_in(train_key, s)``, so a resumed run ends bit-identical to an uninterrupted one on CPU.
+the best checkpoint on held-out tasks. Everything is checked (options, data, model, its
+first forward) before the run directory is written, so a bad start leaves nothing behind.
+
+Keys: the run's root ``key(seed)`` gives ``fold_in(root, 0)`` to the model's init,
+``fold_in(root, 1)`` to task sampling (step ``s`` draws its tasks with ``fold_in(train, s)``)
+and ``fold_in(root, 2)`` to the model: step ``s`` gives task ``t`` the key
+``split(fold_in(model, s), meta_batch)[t]``, which the learner folds per inner step (dropout,
+stochastic depth). So a resumed run ends bit-identical to an uninterrupted one on CPU.
 """
 
 from __future__ import annotations
@@ -21,15 +27,24 @@ from .. import distributed, random
 from ..errors import CheckpointError, ConfigError
 from ..model import bind
 from ..params import Params
+from ..random import Key
 from ..placement import resolve_device
+from ..meta import (
+    EvalResult,
+    MetaLearner,
+    TaskSampler,
+    evaluate,
+    maml,
+    mean_task_grads,
+    protonet,
+    reptile,
+    resolve_strategy,
+)
+from ..meta.strategy import CHOICES, STRATEGIES
 from ..train import Groups, LoopConfig, Run, adam, run_loop
-from .evaluate import EvalResult, TaskSampler, evaluate
-from .learner import MetaLearner
-from .maml import maml
-from .protonet import protonet
-from .reptile import reptile
-from .sources import TaskSources, build_model, task_sources
-from .strategy import CHOICES, STRATEGIES, mean_task_grads, resolve_strategy
+from .probe import probe
+from .resolve import ModelSpec, resolve_model, with_overrides
+from .task_sources import TaskSources, task_sources
 
 ALGOS = ("maml", "fomaml", "metasgd", "anil", "reptile", "protonet")
 
@@ -118,10 +133,28 @@ def default_config(algo: str = "maml", dataset: str = "glyphs", **given: Any) ->
     return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
-def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
-                  dtype: torch.dtype = torch.float32) -> MetaLearner:
+def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:
+    """``config["model"]`` for the built-in models: conv4 (no head for protonet) or the MLP."""
+    if sources.kind == "regression":
+        return {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [40, 40]}
+    return {"name": "conv4", "ways": None if algo == "protonet" else sources.ways,
+            "in_channels": sources.in_channels, "hidden": 64, "image_size": sources.image_size,
+            "variant": "strided"}
+
+
+def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,
+                 overrides: Mapping[str, str] | None = None) -> ModelSpec:
+    """The resolved ``config["model"]``: the built-in model with ``--set`` overrides, or
+    ``{"factory": path_or_name, "overrides": {...}}`` for a :mod:`funcgraph.factory` config."""
+    overrides = dict(overrides or {})
+    if factory is not None:
+        return {"factory": str(factory), "overrides": overrides}
+    return with_overrides(default_model_config(algo, sources), overrides)
+
+
+def build_learner(cfg: MetaTrainConfig, sources: TaskSources) -> MetaLearner:
     """The meta-learner ``cfg.algo`` over the model ``cfg.model``."""
-    model = build_model(cfg.model, dtype=dtype)
+    model = resolve_model(cfg.model)
     apply = bind(model, {}, train=True)
     kw: dict[str, Any] = {"kind": sources.kind, "inner_steps": cfg.inner_steps,
                           "inner_lr": cfg.inner_lr, "eval_steps": cfg.inner_steps_eval}
@@ -137,16 +170,50 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
                 name=cfg.algo, **kw)
 
 
-def init_params(cfg: MetaTrainConfig, learner: MetaLearner, *,
-                dtype: torch.dtype = torch.float32) -> tuple[Params, torch.Tensor]:
-    """Initial meta-parameters (from ``fold_in(key(seed), 0)``) and the training root key."""
-    root = random.key(cfg.seed)
-    model = build_model(cfg.model, dtype=dtype)
-    params, state = model.init(random.fold_in(root, 0))
+@dataclass(frozen=True)
+class RunKeys:
+    """The run's key streams, all from ``key(seed)`` (see the module docstring)."""
+
+    init: Key
+    train: Key
+    model: Key
+
+    @classmethod
+    def of(cls, seed: int) -> RunKeys:
+        root = random.key(seed)
+        return cls(random.fold_in(root, 0), random.fold_in(root, 1), random.fold_in(root, 2))
+
+    @property
+    def val(self) -> Key:
+        return random.fold_in(self.train, -1)
+
+    @property
+    def test(self) -> Key:
+        return random.fold_in(self.train, -2)
+
+    def tasks(self, step: int, meta_batch: int) -> tuple[Key, Key]:
+        """``(task sampling key, per-task model keys (meta_batch, 2))`` of meta-step ``step``."""
+        return (random.fold_in(self.train, step),
+                random.split(random.fold_in(self.model, step), meta_batch))
+
+
+def init_params(cfg: MetaTrainConfig, learner: MetaLearner) -> Params:
+    """Initial meta-parameters, from :attr:`RunKeys.init`; the model must be stateless."""
+    model = resolve_model(cfg.model)
+    params, state = model.init(RunKeys.of(cfg.seed).init)
     if state:
         raise ConfigError(f"model {model.name} has state {sorted(state)[:3]}...; meta-learning "
                           "needs a stateless model (batch norm with batch statistics)")
-    return learner.init(params), random.fold_in(root, 1)
+    return learner.init(params)
+
+
+def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> None:
+    """Adapt and score one validation task, so a model that does not fit the tasks (channels,
+    image size, head width) is a one-line :class:`ConfigError` before anything is written."""
+    task = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
+    probe(lambda: learner.task_eval(params, task),
+          f"model: cannot run on {sources.ways}-way tasks with support set "
+          f"{tuple(task.support_x.shape)}")
 
 
 def task_size(sample: TaskSampler) -> int:
@@ -196,13 +263,12 @@ def meta_train(
                                       train_queries=cfg.train_queries,
                                       data_root=cfg.data_root, rotate=cfg.rotate)
     if not cfg.model:
-        from .sources import default_model_config
-
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     learner = build_learner(cfg, sources)
-    params, train_key = init_params(cfg, learner)
-    val_key, test_key = random.fold_in(train_key, -1), random.fold_in(train_key, -2)
+    params = init_params(cfg, learner)
+    check_fit(learner, params, sources)
+    keys = RunKeys.of(cfg.seed)
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     optimizer = adam(cfg.meta_lr)
     groups: Groups = {"params": params, "opt": optimizer.init(params)}
     start, best_value, strategy = 0, None, None
@@ -220,7 +286,8 @@ def meta_train(
     groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
     def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
-        tasks = sources.train(random.fold_in(train_key, step), cfg.meta_batch)
+        task_key, model_keys = keys.tasks(step, cfg.meta_batch)
+        tasks = sources.train(task_key, cfg.meta_batch).with_keys(model_keys)
         if env.active:
             mine = distributed.shard(cfg.meta_batch, env)
             tasks = tasks.pick(slice(mine.start, mine.stop))
@@ -248,7 +315,7 @@ def meta_train(
     metric_name = learner.objective.metric_name
 
     def validate(step: int, groups: Groups) -> dict[str, float]:
-        res = evaluate(learner, groups["params"], sources.val, key=val_key,
+        res = evaluate(learner, groups["params"], sources.val, key=keys.val,
                        episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
         return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
@@ -269,53 +336,26 @@ def meta_train(
         return MetaTrainResult(run, groups["params"], None)
     tag = "best" if run.has_checkpoint("best") else "last"
     final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
-    test = evaluate(learner, final, sources.test, key=test_key, episodes=cfg.test_episodes,
+    test = evaluate(learner, final, sources.test, key=keys.test, episodes=cfg.test_episodes,
                     strategy=eval_strategy, device=dev)
     run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
     echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
     return MetaTrainResult(run, groups["params"], test)
 
 
-def evaluate_run(
-    run_dir: str | Path,
-    *,
-    tasks: str | None = None,
-    episodes: int = 600,
-    checkpoint: str = "best",
-    inner_steps_eval: int | None = None,
-    device: str = "cpu",
-    seed: int | None = None,
-) -> tuple[Run, EvalResult]:
-    """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``)."""
-    run = Run.open(run_dir)
-    cfg = MetaTrainConfig.from_json(run.config)
-    changes: dict[str, Any] = {}
-    if tasks is not None:
-        changes["tasks"] = tasks
-    if inner_steps_eval is not None:
-        changes["inner_steps_eval"] = inner_steps_eval
-    cfg = replace(cfg, **changes)
-    dev = resolve_device(device)
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root)
-    model_ways = cfg.model.get("ways")
-    if model_ways is not None and model_ways != sources.ways:
-        raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")
-    learner = build_learner(cfg, sources)
-    template, _ = init_params(cfg, learner)
-    tag = checkpoint if run.has_checkpoint(checkpoint) else "last"
-    if not run.has_checkpoint(tag):
-        raise CheckpointError(f"{run.path}: no checkpoint to evaluate (expected checkpoints/"
-                              f"{checkpoint}.json)")
-    params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
-    key = random.fold_in(random.key(cfg.seed if seed is None else seed), -3)
-    result = evaluate(learner, params, sources.test, key=key, episodes=episodes,
-                      strategy=resolve_strategy("auto", dev,
-                                                examples_per_task=task_size(sources.test)),
-                      device=dev)
-    run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
-             **result.as_record()})
-    return run, result
-
-
-__all__ = ["ALGOS", "ALGO_DEFAULTS", "DATASET_DEFAULTS", "MetaTrainConfig", "MetaTrainResult",
-           "build_learner", "default_config", "evaluate_run", "init_params", "meta_train"]
+__all__ = [
+    "ALGOS",
+    "ALGO_DEFAULTS",
+    "DATASET_DEFAULTS",
+    "MetaTrainConfig",
+    "MetaTrainResult",
+    "RunKeys",
+    "build_learner",
+    "check_fit",
+    "default_config",
+    "default_model_config",
+    "init_params",
+    "meta_train",
+    "model_config",
+    "task_size",
+]

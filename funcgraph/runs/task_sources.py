@@ -1,6 +1,6 @@
-"""Where meta-training gets its tasks and its model: datasets to task samplers, configs to Models.
+"""Where meta-training gets its tasks: a dataset name to one task sampler per split.
 
-A :class:`TaskSources` holds one :data:`~funcgraph.meta.evaluate.TaskSampler` per split:
+A :class:`TaskSources` holds one :data:`~funcgraph.meta.TaskSampler` per split:
 ``train`` (meta-training), ``val`` (periodic validation, for the best checkpoint) and
 ``test`` (the final held-out score). Classification datasets split by class (glyphs:
 background / validation / evaluation alphabets), so the three never share a class;
@@ -9,21 +9,16 @@ sinusoid tasks are drawn from independent key streams.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import random
 from ..errors import ConfigError, DataError, TaskSpecError
-from ..model import Model
 from ..random import Key
-from .evaluate import TaskSampler
-from .learner import Task
+from ..meta import Task, TaskSampler
 
 DATASETS = ("glyphs", "omniglot", "sinusoid")
 
@@ -125,64 +120,4 @@ def sinusoid_spec(text: str) -> tuple[int, int]:
     return int(m[1]), int(m[2] or m[1])
 
 
-def default_model_config(algo: str, sources: TaskSources) -> dict[str, Any]:
-    """``config["model"]`` for the built-in models: conv4 (no head for protonet) or the MLP."""
-    if sources.kind == "regression":
-        return {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [40, 40]}
-    return {"name": "conv4", "ways": None if algo == "protonet" else sources.ways,
-            "in_channels": sources.in_channels, "hidden": 64, "image_size": sources.image_size,
-            "variant": "strided"}
-
-
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: JSON when it parses (``3``, ``0.5``, ``[40, 40]``), else text."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_sets(items: list[str]) -> dict[str, str]:
-    """``["hidden=32", "variant=pool"]`` -> ``{"hidden": "32", "variant": "pool"}``."""
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
-        out[name.strip()] = value.strip()
-    return out
-
-
-def model_config(
-    algo: str, sources: TaskSources, *, factory: str | None = None, sets: Sequence[str] = ()
-) -> dict[str, Any]:
-    """The resolved ``config["model"]``: the built-in model with ``--set`` overrides, or
-    ``{"factory": path_or_name, "overrides": {...}}`` for a :mod:`funcgraph.factory` config."""
-    overrides = parse_sets(list(sets))
-    if factory is not None:
-        return {"factory": str(factory), "overrides": overrides}
-    cfg = default_model_config(algo, sources)
-    for name, value in overrides.items():
-        if name not in cfg or name == "name":
-            raise ConfigError(f"--set {name}: {cfg['name']} has no hyperparameter {name!r}; "
-                              f"expected one of {sorted(k for k in cfg if k != 'name')}")
-        cfg[name] = parse_value(value)
-    return cfg
-
-
-def build_model(config: Mapping[str, Any], *, dtype: torch.dtype = torch.float32) -> Model:
-    """The Model for a run's ``config["model"]`` (see :func:`model_config`)."""
-    if "factory" in config:
-        try:
-            from ..factory import load_model
-        except ImportError as e:
-            raise ConfigError(f"--model needs funcgraph.factory, which failed to import: {e}"
-                              ) from None
-        return load_model(str(config["factory"]), dict(config.get("overrides", {})))
-    from ..models import build
-
-    return build({**config, "dtype": dtype})
-
-
-__all__ = ["DATASETS", "TaskSources", "build_model", "default_model_config", "model_config",
-           "parse_sets", "parse_value", "sinusoid_spec", "task_sources"]
+__all__ = ["DATASETS", "TaskSources", "sinusoid_spec", "task_sources"]

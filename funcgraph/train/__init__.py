@@ -1,7 +1,7 @@
 """Training machinery shared by every command: optimisers, checkpoints, run dirs, the loop."""
 
-from .checkpoint import atomic_write, checkpoint_exists, load_checkpoint, save_checkpoint
-from .loop import Groups, LoopConfig, run_loop
+from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from .loop import Groups, LoopConfig, StepFn, run_loop
 from .optim import Optimizer, adam, cosine_lr, sgd
 from .run import Run
 
@@ -10,8 +10,8 @@ __all__ = [
     "LoopConfig",
     "Optimizer",
     "Run",
+    "StepFn",
     "adam",
-    "atomic_write",
     "checkpoint_exists",
     "cosine_lr",
     "load_checkpoint",

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,28 +24,9 @@ from safetensors.torch import load_file, save
 from torch import Tensor
 
 from ..errors import CheckpointError
+from ..files import atomic_write
 
 FORMAT_VERSION = 1
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a fsynced temporary file and a rename: all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _meta_path(path: str | Path) -> Path:
@@ -177,4 +156,4 @@ def checkpoint_exists(path: str | Path) -> bool:
     return _meta_path(path).exists()
 
 
-__all__ = ["atomic_write", "checkpoint_exists", "load_checkpoint", "save_checkpoint"]
+__all__ = ["checkpoint_exists", "load_checkpoint", "save_checkpoint"]

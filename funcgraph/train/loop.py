@@ -16,14 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from torch import Tensor
 
 from .run import Run
@@ -89,6 +81,15 @@ def run_loop(
         if cfg.write:
             run.save(tag, groups, {**cfg.meta, "step": done, "best_value": best_value,
                                    **(extra or {})})
+
+    from rich.progress import (  # the bar's machinery loads when a loop runs, not on import
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = [
         TextColumn("[bold]{task.description}"),

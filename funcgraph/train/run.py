@@ -24,7 +24,8 @@ from torch import Tensor
 
 from .. import distributed
 from ..errors import CheckpointError, ConfigError
-from .checkpoint import atomic_write, checkpoint_exists, load_checkpoint, save_checkpoint
+from ..files import atomic_write
+from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"

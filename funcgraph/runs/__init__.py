@@ -1,0 +1,38 @@
+"""What each command runs, between the algorithms and the command line.
+
+One module per command back end: :mod:`~funcgraph.runs.meta_train` (``meta-train``),
+:mod:`~funcgraph.runs.evaluate` (``evaluate``), :mod:`~funcgraph.runs.train` (``train``),
+:mod:`~funcgraph.runs.search` (``search``) and :mod:`~funcgraph.runs.export` (``export`` of a
+run), all resolving their models through the one resolver, :func:`resolve_model`. Each run
+validates its options, data and model before its run directory is written. The library
+below knows nothing of this floor; the CLI above only parses options and renders results.
+"""
+
+from .evaluate import evaluate_run
+from .export import export_run
+from .meta_train import MetaTrainConfig, MetaTrainResult, default_config, meta_train
+from .resolve import ModelSpec, resolve_model, with_overrides
+from .search import SearchResult, glyph_halves, run_search
+from .task_sources import TaskSources, task_sources
+from .train import FitResult, TrainConfig, fit, train_config
+
+__all__ = [
+    "FitResult",
+    "MetaTrainConfig",
+    "MetaTrainResult",
+    "ModelSpec",
+    "SearchResult",
+    "TaskSources",
+    "TrainConfig",
+    "default_config",
+    "evaluate_run",
+    "export_run",
+    "fit",
+    "glyph_halves",
+    "meta_train",
+    "resolve_model",
+    "run_search",
+    "task_sources",
+    "train_config",
+    "with_overrides",
+]

@@ -1,0 +1,63 @@
+"""What ``funcgraph evaluate`` runs: a meta-training run's checkpoint scored on held-out tasks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .. import random
+from ..errors import CheckpointError, ConfigError
+from ..meta import EvalResult, evaluate, resolve_strategy
+from ..placement import resolve_device
+from ..train import Run
+from .meta_train import MetaTrainConfig, build_learner, init_params, task_size
+from .task_sources import task_sources
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    tasks: str | None = None,
+    episodes: int = 600,
+    checkpoint: str = "best",
+    inner_steps_eval: int | None = None,
+    device: str = "cpu",
+    seed: int | None = None,
+) -> tuple[Run, str, EvalResult]:
+    """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``).
+
+    Returns ``(run, checkpoint tag scored, result)``: ``"best"`` falls back to ``"last"`` for a
+    run that never validated, and the caller says which one it got.
+    """
+    run = Run.open(run_dir)
+    cfg = MetaTrainConfig.from_json(run.config)
+    changes: dict[str, Any] = {}
+    if tasks is not None:
+        changes["tasks"] = tasks
+    if inner_steps_eval is not None:
+        changes["inner_steps_eval"] = inner_steps_eval
+    cfg = replace(cfg, **changes)
+    dev = resolve_device(device)
+    sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root)
+    model_ways = cfg.model.get("ways")
+    if model_ways is not None and model_ways != sources.ways:
+        raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")
+    learner = build_learner(cfg, sources)
+    template = init_params(cfg, learner)
+    tag = checkpoint if run.has_checkpoint(checkpoint) else "last"
+    if not run.has_checkpoint(tag):
+        raise CheckpointError(f"{run.path}: no checkpoint to evaluate (expected checkpoints/"
+                              f"{checkpoint}.json)")
+    params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
+    key = random.fold_in(random.key(cfg.seed if seed is None else seed), -3)
+    result = evaluate(learner, params, sources.test, key=key, episodes=episodes,
+                      strategy=resolve_strategy("auto", dev,
+                                                examples_per_task=task_size(sources.test)),
+                      device=dev)
+    run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
+             **result.as_record()})
+    return run, tag, result
+
+
+__all__ = ["evaluate_run"]

@@ -1,0 +1,238 @@
+"""What ``funcgraph search`` runs: a DARTS search over a run directory, epoch by epoch.
+
+:func:`run_search` drives :func:`funcgraph.train.run_loop` with the bilevel step
+(:func:`funcgraph.nas.make_search_step`) and, at the end of every epoch, records
+``softmax(alpha)`` (``alpha_history.jsonl``), derives the genotype, reports its skip
+connections and applies the collapse guard: when the normal cell derived without any cap
+holds ``stop_skips`` or more skip connections, the search stops early (the DARTS+ criterion,
+Liang et al., 2019). At the end it writes ``genotype.json``, ``alphas.png`` (a heat map of the
+final weights) and ``search.json`` (a summary). :func:`glyph_halves` is the default data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import distributed, random
+from ..errors import ConfigError
+from ..files import atomic_write
+from ..nas import (
+    Genotype,
+    SearchConfig,
+    SearchData,
+    arch_weights,
+    build_search_model,
+    derive_genotype,
+    epoch_batches,
+    is_arch,
+    make_search_step,
+    supernet_accuracy,
+)
+from ..params import Params, partition
+from ..params import to as params_to
+from ..train import Groups, LoopConfig, Run, run_loop
+from .heatmap import write_heatmap
+
+HISTORY_FILE = "alpha_history.jsonl"
+GENOTYPE_FILE = "genotype.json"
+HEATMAP_FILE = "alphas.png"
+SUMMARY_FILE = "search.json"
+
+
+def glyph_halves(
+    *,
+    num_classes: int = 20,
+    image_size: int = 16,
+    split: str = "background",
+    seed: int = 0,
+    cache_dir: Path | None = None,
+) -> SearchData:
+    """Glyph classification: ``num_classes`` characters spread evenly over ``split``, each
+    class's drawings halved into train (first half) and validation (second half)."""
+    from ..data import load_glyphs
+
+    ds = load_glyphs(split, seed=seed, cache_dir=cache_dir, image_size=image_size)
+    if not 2 <= num_classes <= ds.num_classes:
+        raise ConfigError(f"glyph_halves: num_classes must be in [2, {ds.num_classes}] for "
+                          f"split {split!r}, got {num_classes}")
+    picked = ds.images[(torch.arange(num_classes) * ds.num_classes) // num_classes]
+    half = ds.per_class // 2  # picked: (classes, per_class, 1, H, W)
+    labels = torch.arange(num_classes)
+
+    def flat(images: Tensor) -> tuple[Tensor, Tensor]:
+        n = images.shape[1]
+        return images.flatten(0, 1), labels.repeat_interleave(n)
+
+    (tx, ty), (vx, vy) = flat(picked[:, :half]), flat(picked[:, half:])
+    return SearchData(tx, ty, vx, vy, num_classes, f"glyphs/{split}:{num_classes}x{image_size}px")
+
+
+class _Collapsed(Exception):
+    """Raised at an epoch end when the collapse guard fires (caught by :func:`run_search`)."""
+
+    def __init__(self, step: int, groups: Groups, skips: int) -> None:
+        super().__init__(f"collapse guard at step {step}: {skips} skip connections")
+        self.step, self.groups, self.skips = step, groups, skips
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The genotype a search derived, how far it ran, and where its files are."""
+
+    genotype: Genotype
+    steps_done: int
+    stopped_early: bool
+    val_acc: float
+    seconds: float
+    path: Path
+
+
+def _history_record(epoch: int, step: int, weights: Mapping[str, Tensor], genotype: Genotype,
+                    uncapped: Genotype, val_acc: float) -> dict[str, Any]:
+    return {
+        "epoch": epoch, "step": step, "val_acc": val_acc,
+        "normal": [[round(v, 6) for v in row] for row in weights["normal"].tolist()],
+        "reduce": [[round(v, 6) for v in row] for row in weights["reduce"].tolist()],
+        "skips_normal": uncapped.skips("normal"), "skips_reduce": uncapped.skips("reduce"),
+        "genotype": genotype.to_dict(),
+    }
+
+
+def _read_history(path: Path, upto_step: int) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if int(r.get("step", 0)) <= upto_step:
+            records.append(r)
+    return records
+
+
+def run_search(
+    out: str | Path,
+    data: SearchData,
+    cfg: SearchConfig,
+    *,
+    resume: bool = False,
+    device: str | torch.device = "cpu",
+    show_progress: bool = True,
+    extra_config: Mapping[str, Any] | None = None,
+    env: distributed.DistEnv | None = None,
+) -> SearchResult:
+    """Search in run directory ``out`` (``resume=True`` continues the run there).
+
+    With a distributed ``env`` the ranks share every step (see :func:`make_search_step`); all
+    ranks evaluate the epoch ends (identical params give identical decisions, so the collapse
+    guard stops them together) and rank 0 alone writes. Second order is single-process: its
+    unrolled weight step would need the whole training batch on every rank."""
+    env = env or distributed.DistEnv()
+    if env.active and cfg.bilevel.order != "first":
+        raise ConfigError("search: --order second runs in one process (the unrolled step "
+                          "needs the whole batch); use --order first with --nproc")
+    started = time.perf_counter()
+    model = build_search_model(cfg, data)
+    per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
+    total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
+    if total < 1:
+        raise ConfigError(f"search: need at least one step, got steps={total}")
+    config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
+              "steps": total}
+    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env)
+    data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
+                   val_x=data.val_x.to(device), val_y=data.val_y.to(device))
+
+    params, state = model.init(random.key(cfg.seed))
+    arch, weights = partition(params_to(params, device), is_arch)
+    state = params_to(state, device)
+    b = cfg.bilevel
+    groups: Groups = {"weights": weights, "arch": arch, "state": state,
+                      "opt_w": b.weight_optimizer().init(weights),
+                      "opt_a": b.arch_optimizer().init(arch)}
+    start, stopped = 0, False
+    history_path = run.path / HISTORY_FILE
+    if resume and run.has_checkpoint("last"):
+        expect = {k: groups[k] for k in ("weights", "arch", "state")}
+        # load_checkpoint returns names in saved order as fresh aligned tensors, which a
+        # bit-exact resume needs (sums such as the clipping norm depend on both).
+        loaded, meta = run.load("last", expect=expect, device=str(device))
+        groups = {k: loaded.get(k, {}) for k in groups}
+        start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
+        if env.is_main:
+            run.truncate_metrics(start)
+    if env.is_main:
+        kept = _read_history(history_path, start)
+        atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+    def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
+        w = arch_weights(arch_params)
+        return w, derive_genotype(w, skip_cap=cfg.skip_cap), derive_genotype(w)
+
+    def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
+        full = {**g["weights"], **g["arch"]}
+        distributed.assert_in_sync(full, env, step)
+        val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y, batch_stats=True)
+        w, genotype, uncapped = genotypes(g["arch"])
+        epoch = math.ceil(step / per_epoch)
+        if env.is_main:
+            with open(history_path, "a") as f:
+                f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc))
+                        + "\n")
+        skips = uncapped.skips("normal")
+        if cfg.stop_skips is not None and skips >= cfg.stop_skips and step < total:
+            raise _Collapsed(step, g, skips)
+        return {"val_acc": val_acc, "skips_normal": skips, "skips_reduce": uncapped.skips("reduce")}
+
+    loop = LoopConfig(total_steps=total, checkpoint_every=per_epoch, validate_every=per_epoch,
+                      log_every=max(1, per_epoch // 2), items_per_step=cfg.batch_size,
+                      item_name="images", show_progress=show_progress and env.is_main,
+                      write=env.is_main, description=f"search ({b.order} order)",
+                      meta={"config": config, "world_size": env.world_size})
+    done = start
+    if not stopped and start < total:
+        try:
+            groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
+                              loop, start_step=start, validate=end_of_epoch)
+            done = total
+        except _Collapsed as c:
+            groups, done, stopped = c.groups, c.step, True
+            if env.is_main:
+                run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
+                run.save("last", groups, {"config": config, "step": done,
+                                          "stopped_early": True})
+    w, genotype, _ = genotypes(groups["arch"])
+    if not env.is_main:
+        return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
+    genotype.save(run.path / GENOTYPE_FILE)
+    write_heatmap(run.path / HEATMAP_FILE, w)
+    val_acc = supernet_accuracy(model, {**groups["weights"], **groups["arch"]}, groups["state"],
+                       data.val_x, data.val_y, batch_stats=True)
+    seconds = time.perf_counter() - started
+    summary = {"genotype": genotype.to_dict(), "steps_done": done, "steps": total,
+               "stopped_early": stopped, "val_acc": val_acc, "seconds": seconds,
+               "skips_normal": genotype.skips("normal"), "skips_reduce": genotype.skips("reduce")}
+    atomic_write(run.path / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
+    return SearchResult(genotype, done, stopped, val_acc, seconds, run.path)
+
+
+__all__ = [
+    "GENOTYPE_FILE",
+    "HEATMAP_FILE",
+    "HISTORY_FILE",
+    "SUMMARY_FILE",
+    "SearchResult",
+    "glyph_halves",
+    "run_search",
+]
