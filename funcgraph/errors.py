@@ -14,7 +14,14 @@ class FuncgraphError(Exception):
 
 
 class ConfigError(FuncgraphError, ValueError):
-    """A model, run or CLI configuration is invalid; the message names the config path."""
+    """A configuration is invalid: a model's or layer's hyperparameter, a function's option, a
+    run or CLI setting. The message names the config path, or the function and argument."""
+
+
+class ArgumentTypeError(FuncgraphError, TypeError):
+    """An argument is the wrong kind of object (a list where a Tensor or a Model belongs); a
+    TypeError too, as Python's own for that mistake. A bad hyperparameter, of whatever type
+    (``hidden="abc"``), is a ConfigError."""
 
 
 class ShapeError(FuncgraphError, ValueError):
@@ -50,6 +57,7 @@ class DistributedError(FuncgraphError, RuntimeError):
 
 
 __all__ = [
+    "ArgumentTypeError",
     "CheckpointError",
     "ConfigError",
     "DataError",

@@ -13,6 +13,8 @@ from typing import TypeAlias
 import torch
 from torch import Tensor
 
+from .errors import ConfigError, ShapeError
+
 Params: TypeAlias = dict[str, Tensor]
 State: TypeAlias = dict[str, Tensor]
 
@@ -28,15 +30,16 @@ def zip_map(
     """Apply ``fn`` name by name over several dicts with the same names.
 
     Example: an SGD step is ``zip_map(lambda p, g: p - lr * g, params, grads)``.
-    Raises ``ValueError`` naming the differing names when the dicts differ.
+    Raises ConfigError naming the differing names when the dicts differ.
     """
     names = list(first)
     for i, other in enumerate(rest, start=1):
         if set(other) != set(names):
             missing = sorted(set(names) - set(other))
             extra = sorted(set(other) - set(names))
-            raise ValueError(
-                f"zip_map: dict {i} has different names (missing {missing}, extra {extra})"
+            raise ConfigError(
+                f"zip_map: every dict needs the names of the first; dict {i} has missing "
+                f"{missing}, extra {extra}"
             )
     return {n: fn(first[n], *(other[n] for other in rest)) for n in names}
 
@@ -82,7 +85,8 @@ def merge(*dicts: Mapping[str, Tensor]) -> Params:
     for d in dicts:
         clash = set(out) & set(d)
         if clash:
-            raise ValueError(f"merge: names present in more than one dict: {sorted(clash)}")
+            raise ConfigError(f"merge: dicts must not share names; names present in more than "
+                              f"one dict: {sorted(clash)}")
         out.update(d)
     return out
 
@@ -125,7 +129,7 @@ def allclose(
 def stack(dicts: list[Mapping[str, Tensor]]) -> Params:
     """Stack a list of dicts along a new leading dim: the input ``vmap`` expects."""
     if not dicts:
-        raise ValueError("stack: need at least one dict")
+        raise ConfigError("stack: need a non-empty list of dicts, got an empty list")
     return zip_map(lambda *ts: torch.stack(ts), *dicts)
 
 
@@ -133,7 +137,8 @@ def unstack(params: Mapping[str, Tensor]) -> list[Params]:
     """Inverse of :func:`stack`: one dict per index of the leading dim."""
     sizes = {t.shape[0] for t in params.values()}
     if len(sizes) != 1:
-        raise ValueError(f"unstack: leading dims differ across tensors: {sorted(sizes)}")
+        raise ShapeError(f"unstack: every tensor needs the same leading dim, got leading dims "
+                         f"{sorted(sizes)}")
     (n,) = sizes
     return [{name: t[i] for name, t in params.items()} for i in range(n)]
 

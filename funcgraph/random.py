@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .errors import KeyMissingError
+from .errors import ConfigError, KeyMissingError
 
 Key = Tensor
 """An ``int64`` tensor of shape ``(2,)`` (or ``(..., 2)`` for a batch of keys)."""
@@ -83,15 +83,15 @@ def _check_key(fn: str, key: Key | None) -> Key:
 def key(seed: int, *, device: torch.device | str | None = None) -> Key:
     """A key from an integer seed (``0 <= seed < 2**64``): words ``(seed >> 32, seed & mask)``."""
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
-        raise ValueError(f"key: seed must be an int in [0, 2**64), got {seed!r}")
+        raise ConfigError(f"key: seed must be an int in [0, 2**64), got {seed!r}")
     return torch.tensor([seed >> 32, seed & _MASK], dtype=torch.int64, device=device)
 
 
 def split(key: Key, n: int = 2) -> Tensor:
     """``n`` new independent keys, shape ``(n, 2)``; index or unpack them."""
     key = _check_key("split", key)
-    if n < 1:
-        raise ValueError(f"split: n must be >= 1, got {n}")
+    if n < 1:  # not check_int: under torch.compile with dynamic shapes n may be a SymInt
+        raise ConfigError(f"split: n must be an int >= 1, got {n!r}")
     return _hash_counts(key, 2 * n).reshape(n, 2)
 
 
@@ -155,7 +155,7 @@ def randint(key: Key, shape: Sequence[int], low: int, high: int) -> Tensor:
     """Integers uniform in ``[low, high)`` as int64 (bias below 2**-20 for ranges < 2**32)."""
     key = _check_key("randint", key)
     if high <= low:
-        raise ValueError(f"randint: need low < high, got low={low}, high={high}")
+        raise ConfigError(f"randint: need low < high, got low={low!r}, high={high!r}")
     u = uniform(key, shape, dtype=torch.float64)
     return (u * (high - low)).floor().to(torch.int64) + low
 
@@ -169,7 +169,7 @@ def permutation(key: Key, n: int) -> Tensor:
 def choice(key: Key, n: int, k: int) -> Tensor:
     """``k`` distinct indices from ``range(n)``, uniformly, without replacement."""
     if not 0 <= k <= n:
-        raise ValueError(f"choice: need 0 <= k <= n, got k={k}, n={n}")
+        raise ConfigError(f"choice: need 0 <= k <= n, got k={k!r}, n={n!r}")
     return permutation(key, n)[:k]
 
 

@@ -41,6 +41,7 @@ from torch import Tensor
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..checks import check_int
 from ..nn.compose import Children, composite
 from .trace import OpMode, op_name
 
@@ -150,8 +151,7 @@ class Graph:
         above that depth stay as they are. A block executed several times (a loop, a shared
         cell) gives one node per run, so the result stays acyclic.
         """
-        if depth < 0:
-            raise ValueError(f"Graph.collapse: depth must be >= 0, got {depth}")
+        check_int("Graph.collapse", "depth", depth, minimum=0)
         new_id: dict[int, int] = {}
         groups: list[list[Node]] = []
         keys: list[str | None] = []

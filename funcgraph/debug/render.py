@@ -10,12 +10,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable
-from typing import Literal
 
 from ..errors import ConfigError
 from .graph import Graph, Node, block_path
 
-Format = Literal["text", "mermaid", "dot", "svg"]
 FORMATS: tuple[str, ...] = ("text", "mermaid", "dot", "svg")
 
 
@@ -129,11 +127,6 @@ def dot(graph: Graph) -> str:
     return "\n".join(lines)
 
 
-def has_dot() -> bool:
-    """Whether the Graphviz ``dot`` program is on ``PATH``."""
-    return shutil.which("dot") is not None
-
-
 def svg(graph: Graph) -> str:
     """SVG drawn by Graphviz ``dot``; :class:`ConfigError` when ``dot`` is not installed."""
     exe = shutil.which("dot")
@@ -159,4 +152,4 @@ def render(graph: Graph, fmt: str) -> str:
     return renderers[fmt](graph)
 
 
-__all__ = ["FORMATS", "Format", "dot", "has_dot", "mermaid", "render", "svg", "text"]
+__all__ = ["FORMATS", "dot", "mermaid", "render", "svg", "text"]

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import ArgumentTypeError
+
 _functorch = torch._C._functorch
 
 TapFn = Callable[[Tensor], Any]
@@ -48,7 +50,7 @@ def tap(x: Tensor, fn: TapFn) -> Tensor:
         h = tap(F.relu(x), seen.append)  # seen[0] is the activation, h is untouched
     """
     if not isinstance(x, Tensor):
-        raise TypeError(f"tap: x must be a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"tap: x must be a Tensor, got {type(x).__name__}")
     fn(plain(x))
     return x
 
@@ -85,7 +87,7 @@ def grad_tap(x: Tensor, fn: TapFn) -> Tensor:
         torch.func.grad(loss)(params)   # grads[0] is dloss/dhidden
     """
     if not isinstance(x, Tensor):
-        raise TypeError(f"grad_tap: x must be a Tensor, got {type(x).__name__}")
+        raise ArgumentTypeError(f"grad_tap: x must be a Tensor, got {type(x).__name__}")
     out: Tensor = _GradTap.apply(x, fn)
     return out
 

@@ -37,7 +37,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..errors import FuncgraphError
+from ..errors import ConfigError, FuncgraphError
 
 Level = Literal["dispatch", "function"]
 
@@ -246,7 +246,7 @@ def trace(
         print(t.table())
     """
     if level not in ("dispatch", "function"):
-        raise ValueError(f"trace: level must be 'dispatch' or 'function', got {level!r}")
+        raise ConfigError(f"trace: level must be 'dispatch' or 'function', got {level!r}")
 
     def run(*args: Any, **kwargs: Any) -> Trace:
         mode: _TraceDispatch | _TraceFunction = (

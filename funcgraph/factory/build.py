@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .. import nn
-from ..errors import ConfigError
+from ..errors import ConfigError, FuncgraphError
 from ..model import Model
 from ..params import Params, State, add_prefix
 from .config import (
@@ -97,10 +97,10 @@ def _count(params: Params) -> int:
 
 def _first_line(e: BaseException, layer: str) -> str:
     """An exception from a layer in one line; the class name only where it adds meaning
-    (a ValueError from a layer is its way of saying "bad argument")."""
+    (a ValueError or a funcgraph error from a layer is its way of saying "bad argument")."""
     lines = str(e).strip().splitlines()
     text = lines[0] if lines else ""
-    if not isinstance(e, ValueError):
+    if not isinstance(e, ValueError | FuncgraphError):
         text = f"{type(e).__name__}: {text}" if text else type(e).__name__
     return text if text.startswith(f"{layer}:") else f"{layer}: {text}"
 

@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..errors import ConfigError
+
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -50,8 +52,9 @@ _MAX_POWER = 64  # "$n ** 10**9" must not hang the config checker
 _DOLLAR_NAME = re.compile(r"\$(?=[A-Za-z_])")
 
 
-class ExprError(ValueError):
-    """An expression is malformed, uses a forbidden construct or names an unknown variable."""
+class ExprError(ConfigError):
+    """An expression is malformed, uses a forbidden construct or names an unknown variable
+    (a ConfigError: configs are where expressions live)."""
 
 
 class _LookupFailed(Exception):
@@ -69,19 +72,6 @@ def is_ref(value: Any) -> bool:
 def source(ref: str) -> str:
     """The Python-syntax text of a ``$`` reference: ``"$a * $b"`` -> ``"a * b"``."""
     return _DOLLAR_NAME.sub("", ref).strip()
-
-
-def names_in(ref: str) -> list[str]:
-    """The variable names a reference reads, in order of first use (for dependency errors)."""
-    try:
-        tree = ast.parse(source(ref), mode="eval")
-    except SyntaxError:
-        return []
-    seen: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in FUNCTIONS:
-            seen[node.id] = None
-    return list(seen)
 
 
 def evaluate(ref: str, lookup: Callable[[str], Any], known: Callable[[], list[str]]) -> Any:
@@ -195,4 +185,4 @@ def evaluate_in(ref: str, env: Mapping[str, Any]) -> Any:
     return evaluate(ref, _lookup_in(env), lambda: list(env))
 
 
-__all__ = ["FUNCTIONS", "ExprError", "evaluate", "evaluate_in", "is_ref", "names_in", "source"]
+__all__ = ["FUNCTIONS", "ExprError", "evaluate", "evaluate_in", "is_ref", "source"]

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..nn.init import fan_in_and_out
 from ..params import Params, State
@@ -37,7 +38,7 @@ _INIT_SALT = 0x1417  # separates spec redraws from the stream the layer's own in
 
 def _fans(shape: Sequence[int], fn: str) -> tuple[int, int]:
     if len(shape) < 2:
-        raise ValueError(f"{fn} needs a tensor with >= 2 dims (fan in and out), "
+        raise ShapeError(f"{fn}: needs a tensor with >= 2 dims (fan in and out), "
                          f"got shape {tuple(shape)}")
     return fan_in_and_out(shape)
 
@@ -81,7 +82,7 @@ def orthogonal(key: Key, shape: Sequence[int], dtype: torch.dtype, *, gain: floa
     """A (semi-)orthogonal matrix over ``(shape[0], prod(shape[1:]))``, as ``orthogonal_``:
     QR of a normal matrix with the signs of R's diagonal folded into Q."""
     if len(shape) < 2:
-        raise ValueError(f"orthogonal needs a tensor with >= 2 dims, got shape {tuple(shape)}")
+        raise ShapeError(f"orthogonal: needs a tensor with >= 2 dims, got shape {tuple(shape)}")
     rows, cols = shape[0], math.prod(shape[1:])
     flat = random.normal(key, (max(rows, cols), min(rows, cols)), dtype=torch.float64)
     q, r = torch.linalg.qr(flat)  # (max, min): orthonormal columns
@@ -95,7 +96,7 @@ def normal(key: Key, shape: Sequence[int], dtype: torch.dtype, *, mean: float = 
            std: float = 1.0) -> Tensor:
     """``N(mean, std)``."""
     if std < 0:
-        raise ValueError(f"normal: std must be >= 0, got {std}")
+        raise ConfigError(f"normal: std must be >= 0, got {std!r}")
     return random.normal(key, shape, dtype=dtype) * std + mean
 
 
@@ -103,7 +104,7 @@ def uniform(key: Key, shape: Sequence[int], dtype: torch.dtype, *, a: float = 0.
             b: float = 1.0) -> Tensor:
     """``U(a, b)``."""
     if not a <= b:
-        raise ValueError(f"uniform: need a <= b, got a={a}, b={b}")
+        raise ConfigError(f"uniform: need a <= b, got a={a!r}, b={b!r}")
     return random.uniform(key, shape, dtype=dtype, low=a, high=b)
 
 
@@ -112,7 +113,8 @@ def trunc_normal(key: Key, shape: Sequence[int], dtype: torch.dtype, *, mean: fl
     """``N(mean, std)`` restricted to ``[a, b]`` (absolute bounds, as ``trunc_normal_``),
     by inverse CDF of a uniform draw between the bounds' CDF values."""
     if std <= 0 or not a < b:
-        raise ValueError(f"trunc_normal: need std > 0 and a < b, got std={std}, a={a}, b={b}")
+        raise ConfigError(f"trunc_normal: need std > 0 and a < b, got std={std!r}, a={a!r}, "
+                          f"b={b!r}")
 
     def cdf(v: float) -> float:
         return 0.5 * (1.0 + math.erf((v - mean) / (std * math.sqrt(2.0))))

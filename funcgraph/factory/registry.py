@@ -98,13 +98,14 @@ class Registry:
         self._lazy: dict[str, _Lazy] = {}
 
     def add(self, layer: LayerType, *, replace_existing: bool = False) -> LayerType:
-        """Register ``layer``; a name already taken raises ValueError unless replacing."""
+        """Register ``layer``; a name already taken is a ConfigError unless replacing."""
         if not isinstance(layer.name, str) or not layer.name or layer.name != layer.name.strip():
-            raise ValueError(f"register_layer: name must be a non-empty string, got {layer.name!r}")
+            raise ConfigError("register_layer: name must be a non-empty string without surrounding "
+                              f"spaces, got {layer.name!r}")
         if not layer.meta_run and layer.shape_rule is None:
-            raise ValueError(f"register_layer({layer.name!r}): meta_run=False needs a shape_rule")
+            raise ConfigError(f"register_layer({layer.name!r}): meta_run=False needs a shape_rule")
         if not replace_existing and (layer.name in self._types or layer.name in self._lazy):
-            raise ValueError(
+            raise ConfigError(
                 f"register_layer: {layer.name!r} is already registered; pick another name "
                 "(user layers conventionally start with 'custom.') or pass replace=True"
             )

@@ -42,11 +42,22 @@ from torch import Tensor
 from torch import nn as torch_nn
 
 from .. import nn
+from ..checks import check_int, check_sizes
 from ..control import in_transform
 from ..errors import ConfigError
 from ..model import Model
 
 VARIANTS = ("strided", "pool")
+
+
+def _check(fn: str, variant: str, *, image_size: int, **sizes: int) -> None:
+    """The hyperparameters :func:`conv4` and :func:`conv4_module` share."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"{fn}: variant must be one of {VARIANTS}, got {variant!r}")
+    check_sizes(fn, image_size=image_size, **sizes)
+    if variant == "pool" and image_size < 16:
+        raise ConfigError(f"{fn}: the 'pool' variant halves the image four times, so image_size "
+                          f"must be >= 16, got {image_size}")
 
 
 def conv4(
@@ -79,10 +90,9 @@ def conv4(
         params, state = model.init(funcgraph.random.key(0))
         logits = funcgraph.bind(model, state)(params, images)   # (B, 5)
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"conv4: variant must be one of {VARIANTS}, got {variant!r}")
-    if ways is not None and (not isinstance(ways, int) or ways < 1):
-        raise ConfigError(f"conv4: ways must be a positive int or None, got {ways!r}")
+    _check("conv4", variant, in_channels=in_channels, hidden=hidden, image_size=image_size)
+    if ways is not None:
+        check_int("conv4", "ways (classes of the head, or None for no head)", ways)
     stride = 2 if variant == "strided" else 1
     blocks: dict[str, Model] = {}
     size = image_size
@@ -143,8 +153,7 @@ def conv4_module(
     reference the tests compare against and the baseline the meta-step benchmark clones
     (one input channel; ``Conv2d`` / ``BatchNorm2d(track_running_stats=False)`` / ReLU,
     max-pool in the ``pool`` variant). ``load_state_dict(params)`` takes conv4's params."""
-    if variant not in VARIANTS:
-        raise ConfigError(f"conv4_module: variant must be one of {VARIANTS}, got {variant!r}")
+    _check("conv4_module", variant, ways=ways, hidden=hidden, image_size=image_size)
     return _TorchConv4(ways, hidden, variant, image_size)
 
 

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import nn, random
-from ..errors import ConfigError, KeyMissingError
+from ..checks import check_fraction, check_sizes
+from ..errors import KeyMissingError
 from ..model import Model
 from ..nn.compose import Children
 
@@ -78,8 +79,8 @@ def early_exit_cnn(
         A Model mapping ``(B, in_channels, H, W)`` to :class:`ExitOutput`; training needs a
         key (the continue decisions are sampled).
     """
-    if not 0.0 <= threshold <= 1.0:
-        raise ConfigError(f"early_exit_cnn: threshold must be in [0, 1], got {threshold!r}")
+    check_sizes("early_exit_cnn", num_classes=num_classes, in_channels=in_channels, width=width)
+    check_fraction("early_exit_cnn", "threshold", threshold, allow_one=True)
     children = {
         "block1": nn.serial(_conv_bn_relu(in_channels, width, stride=2)),
         # A 4x4 pooled grid keeps where the strokes are; a global mean of one conv layer's

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .. import nn
-from ..errors import ConfigError
+from ..checks import check_int, check_sequence, check_sizes
 from ..model import Model
 
 
@@ -28,9 +28,11 @@ def mlp(
     Returns:
         A stateless Model mapping ``(B, in_features)`` to ``(B, out_features)``.
     """
+    check_sizes("mlp", in_features=in_features, out_features=out_features)
+    hidden = check_sequence("mlp", "hidden", hidden, "widths (ints >= 1), one per hidden layer")
+    for i, w in enumerate(hidden):
+        check_int("mlp", f"hidden[{i}]", w)
     widths = [in_features, *hidden, out_features]
-    if any(not isinstance(w, int) or w < 1 for w in widths):
-        raise ConfigError(f"mlp: widths must be positive ints, got {widths}")
     layers = {f"layers.{i}": nn.linear(a, b, dtype=dtype)
               for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True))}
     last = f"layers.{len(layers) - 1}"

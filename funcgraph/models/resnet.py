@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import nn
+from ..checks import check_fraction, check_sequence, check_sizes
 from ..errors import ConfigError
 from ..model import Model
 from ..nn.compose import Children
@@ -83,14 +84,17 @@ def resnet(
         params, state = model.init(funcgraph.random.key(0))
         logits, state = model.apply(params, state, x, key=k, train=True)
     """
-    if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
+    if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:  # (a bool is < 8)
         raise ConfigError(f"resnet: depth must be 6n + 2 with n >= 1 (20, 56, 110), got {depth!r}")
+    check_sizes("resnet", num_classes=num_classes, in_channels=in_channels, width=width)
+    check_fraction("resnet", "final_drop_prob", final_drop_prob)
     n = (depth - 2) // 6
     total = 3 * n
     if drop_probs is None:
         probs = linear_decay(total, final_drop_prob)
     else:
-        probs = [float(p) for p in drop_probs]
+        given = check_sequence("resnet", "drop_probs", drop_probs, "drop probabilities in [0, 1)")
+        probs = [check_fraction("resnet", f"drop_probs[{i}]", p) for i, p in enumerate(given)]
         if len(probs) != total:
             raise ConfigError(
                 f"resnet: drop_probs needs one value per block ({total} for depth {depth}), "

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import nn
+from ..checks import check_sizes
 from ..control import is_batched
 from ..errors import ShapeError
 from ..model import Model
@@ -50,6 +51,8 @@ def sequence_encoder(
 
     Params: ``embedding.weight``, ``lstm.weight_ih_l0``... (``nn.Embedding``/``nn.LSTM`` names).
     """
+    check_sizes("sequence_encoder", vocab_size=vocab_size, embed_dim=embed_dim,
+                hidden_size=hidden_size, num_layers=num_layers)
     children = {
         "embedding": nn.embedding(vocab_size, embed_dim, padding_idx=padding_idx),
         "lstm": nn.lstm(embed_dim, hidden_size, num_layers=num_layers),
@@ -79,6 +82,7 @@ def rnn_classifier(
     Params: ``encoder.embedding.weight``, ``encoder.lstm.*``, ``fc.weight``, ``fc.bias``.
     The defaults fit the default :class:`funcgraph.data.sequences.SequenceTask`.
     """
+    check_sizes("rnn_classifier", num_classes=num_classes)  # the encoder checks the rest
     children = {
         "encoder": sequence_encoder(vocab_size, embed_dim=embed_dim, hidden_size=hidden_size,
                                     num_layers=num_layers),

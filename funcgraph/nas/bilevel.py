@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, vjp
 
+from ..errors import ConfigError
 from ..params import Params, zip_map
 from ..train.optim import Optimizer, adam, sgd
 
@@ -126,8 +127,8 @@ def hypergradient(
         (implicit,) = pullback(g_w)
         return zip_map(torch.add, g_a, implicit)
     if method != "finite-difference":
-        raise ValueError(f"hypergradient: method must be 'exact' or 'finite-difference', "
-                         f"got {method!r}")
+        raise ConfigError(f"hypergradient: method must be 'exact' or 'finite-difference', "
+                          f"got {method!r}")
     w_prime = unrolled_weights(loss_fn, weights, arch, train_batch, optimizer=optimizer,
                                opt_state=opt_state, lr=lr)
     g_w, g_a = grad(loss_fn, argnums=(0, 1))(w_prime, arch, val_batch)
@@ -159,7 +160,7 @@ def arch_gradient(
     if config.order == "first":
         return first_order_gradient(loss_fn, weights, arch, val_batch)
     if config.order != "second":
-        raise ValueError(f"arch_gradient: order must be 'first' or 'second', got {config.order!r}")
+        raise ConfigError(f"arch_gradient: order must be 'first' or 'second', got {config.order!r}")
     return hypergradient(loss_fn, weights, arch, train_batch, val_batch,
                          optimizer=config.weight_optimizer(), opt_state=opt_state, lr=lr,
                          method=config.hypergradient, fd_radius=config.fd_radius)

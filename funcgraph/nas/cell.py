@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..checks import check_sizes
 from ..model import Model
 from ..nn import Children, batch_norm, composite, conv2d, linear, serial
 from ..params import Params, State
@@ -110,8 +111,7 @@ def layout(
 ) -> tuple[int, list[CellSpec]]:
     """Stem channels and the cells of a ``layers``-deep stack: reductions at ``layers // 3``
     and ``2 * layers // 3``, where the cell width doubles (DARTS' ``Network``)."""
-    if layers < 1 or c < 1:
-        raise ValueError(f"layout: need layers >= 1 and C >= 1, got layers={layers}, C={c}")
+    check_sizes("layout", c=c, layers=layers)
     stem = stem_multiplier * c
     c_pp, c_p, c_cur = stem, stem, c
     specs: list[CellSpec] = []

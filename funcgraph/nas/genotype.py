@@ -160,7 +160,11 @@ def _top2(weights: Tensor, primitives: Sequence[str], steps: int) -> list[Edge]:
             row = w[e]
             k = max(range(len(primitives)), key=lambda k: (row[k], -k))
             if w[e][k] == -float("inf"):
-                raise ValueError(f"derive_cell: edge {e} has no admissible op")
+                raise ConfigError(
+                    f"derive_cell: edge {e} has no admissible op: every weight is -inf once "
+                    f"'none' and any skips over skip_cap are struck off; primitives "
+                    f"{list(primitives)}"
+                )
             cell.append((primitives[k], e - start))
         start += 2 + i
     return cell

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import ShapeError
+from ..checks import check_sizes
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, serial
 from .ops import PRIMITIVES, make_op
@@ -65,9 +66,11 @@ def mixed_op(
         primitives: candidate op names, in the order of ``weights``.
         partial_channels: ``k`` of PC-DARTS (1 = plain DARTS); ``c`` must be divisible by it.
     """
+    check_sizes("mixed_op", c=c, partial_channels=partial_channels)
     k = partial_channels
-    if k < 1 or c % k:
-        raise ValueError(f"mixed_op: partial_channels ({k}) must be >= 1 and divide c ({c})")
+    if c % k:
+        raise ConfigError(f"mixed_op: partial_channels must divide c, got partial_channels={k}, "
+                          f"c={c}")
     width = c // k
     children = {f"ops.{i}": search_op(name, width, stride) for i, name in enumerate(primitives)}
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import ShapeError
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, conv2d, identity, lift, relu, serial
 
@@ -79,7 +79,8 @@ def factorized_reduce(c_in: int, c_out: int, *, affine: bool = True) -> Model:
     """Halve H and W with two stride-2 1x1 convs on offset grids, concatenated: a skip
     connection that changes resolution without discarding every other pixel."""
     if c_out % 2:
-        raise ValueError(f"factorized_reduce: c_out must be even, got {c_out}")
+        raise ConfigError(f"factorized_reduce: c_out must be even (two halves of c_out // 2 "
+                          f"channels), got {c_out!r}")
     children = {
         "conv_1": conv2d(c_in, c_out // 2, 1, stride=2, bias=False),
         "conv_2": conv2d(c_in, c_out // 2, 1, stride=2, bias=False),
@@ -148,11 +149,11 @@ OPS: dict[str, OpFactory] = {
 
 
 def make_op(name: str, c: int, stride: int, *, affine: bool = True) -> Model:
-    """The candidate op ``name`` on ``c`` channels; raises ``ValueError`` for an unknown name."""
+    """The candidate op ``name`` on ``c`` channels; a ConfigError for an unknown name."""
     if name not in OPS:
-        raise ValueError(f"make_op: unknown op {name!r}; expected one of {sorted(OPS)}")
+        raise ConfigError(f"make_op: unknown op {name!r}; expected one of {sorted(OPS)}")
     if stride not in (1, 2):
-        raise ValueError(f"make_op: stride must be 1 or 2, got {stride}")
+        raise ConfigError(f"make_op: stride must be 1 or 2, got {stride!r}")
     return OPS[name](c, stride, affine)
 
 

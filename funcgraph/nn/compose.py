@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..errors import ArgumentTypeError, ConfigError
 from ..model import Model
 from ..params import Params, State, add_prefix, select
 from ..random import Key
@@ -115,13 +116,20 @@ def composite(
     return Model(init, apply, name, {"children": names, **meta})
 
 
-def _named(layers: tuple[Model | Mapping[str, Model], ...]) -> dict[str, Model]:
+def _named(fn: str, layers: tuple[Model | Mapping[str, Model], ...]) -> dict[str, Model]:
     """Children by name: one mapping as given, or positional models named "0", "1", ..."""
-    if len(layers) == 1 and isinstance(layers[0], Mapping):
-        return dict(layers[0])
-    if any(not isinstance(m, Model) for m in layers):
-        raise TypeError("expected Models, or a single dict of name -> Model")
-    return {str(i): m for i, m in enumerate(layers) if isinstance(m, Model)}
+    only = layers[0] if len(layers) == 1 else None
+    items: dict[str, object] = (
+        dict(only) if isinstance(only, Mapping) else {str(i): m for i, m in enumerate(layers)}
+    )
+    named = {n: m for n, m in items.items() if isinstance(m, Model)}
+    if len(named) < len(items):
+        wrong = [f"{n!r} ({type(m).__name__})" for n, m in items.items() if n not in named]
+        raise ArgumentTypeError(
+            f"{fn}: expected Models, or a single dict of name -> Model; got these that are not "
+            f"Models: {', '.join(wrong)}"
+        )
+    return named
 
 
 def serial(*layers: Model | Mapping[str, Model], name: str = "serial") -> Model:
@@ -130,7 +138,7 @@ def serial(*layers: Model | Mapping[str, Model], name: str = "serial") -> Model:
     ``serial(a, b)`` names children ``"0"``, ``"1"``; ``serial({"conv": a, "norm": b})``
     uses the given names. Each child gets its own key.
     """
-    children = _named(layers)
+    children = _named("serial", layers)
 
     def forward(run: Children, x: Any) -> Any:
         for child in children:
@@ -165,7 +173,7 @@ def parallel(
 ) -> Model:
     """Run branches on the same input and combine: ``"concat"`` (along ``dim``), ``"sum"``,
     ``"stack"`` (new ``dim``), ``"tuple"``, or a function of the list of outputs."""
-    children = _named(branches)
+    children = _named("parallel", branches)
     combiners: dict[str, Callable[[list[Any]], Any]] = {
         "concat": lambda ys: torch.cat(ys, dim=dim),
         "sum": lambda ys: torch.stack(ys).sum(0),
@@ -174,8 +182,9 @@ def parallel(
     }
     if isinstance(combine, str):
         if combine not in combiners:
-            raise ValueError(
-                f"parallel: combine must be one of {sorted(combiners)}, got {combine!r}"
+            raise ConfigError(
+                f"parallel: combine must be one of {sorted(combiners)} or a function, "
+                f"got {combine!r}"
             )
         join = combiners[combine]
     else:

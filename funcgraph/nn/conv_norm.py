@@ -32,12 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_ints, check_sizes
 from ..errors import ShapeError
 from ..model import Model
 from ..params import Params, State, add_prefix, select
 from ..random import Key
 from .compose import serial
-from .linear import _pair, conv2d
+from .linear import conv2d
 from .norm import batch_norm, running_stats_update
 
 PATCH_WIDTH_RATIO = 2
@@ -92,8 +93,12 @@ def conv_batch_norm(
     :func:`~funcgraph.nn.batch_norm`. Params and state are named as the unfused pair:
     ``conv.weight``, ``conv.bias``, ``norm.weight``, ``norm.bias`` and ``norm.running_*``.
     """
-    pairs = (_pair(v, 2) for v in (kernel_size, stride, padding, dilation))
-    kernel, stride2, padding2, dilation2 = (tuple(int(n) for n in p) for p in pairs)  # 2 each
+    fn = "conv_batch_norm"
+    check_sizes(fn, in_channels=in_channels, out_channels=out_channels)
+    kernel = check_ints(fn, "kernel_size", kernel_size, dims=2)
+    stride2 = check_ints(fn, "stride", stride, dims=2)
+    padding2 = check_ints(fn, "padding", padding, dims=2, minimum=0)  # ints: the patches need them
+    dilation2 = check_ints(fn, "dilation", dilation, dims=2)
     unfused = serial({
         "conv": conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
                        dilation=dilation, bias=bias, dtype=dtype),

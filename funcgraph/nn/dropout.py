@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import random
-from ..errors import KeyMissingError
+from ..checks import check_fraction, check_sizes
+from ..errors import ConfigError, KeyMissingError
 from ..model import Model
 from ..params import Params, State
 from ..random import Key
@@ -19,8 +20,7 @@ def dropout(drop_prob: float = 0.5) -> Model:
 
     Training needs a ``key``; the mask is a pure function of it.
     """
-    if not 0.0 <= drop_prob < 1.0:
-        raise ValueError(f"dropout: drop_prob must be in [0, 1), got {drop_prob!r}")
+    check_fraction("dropout", "drop_prob", drop_prob)
 
     def init(key: Key) -> tuple[Params, State]:
         return {}, {}
@@ -50,6 +50,13 @@ def embedding(
 ) -> Model:
     """A lookup table ``weight (num_embeddings, embedding_dim)``, as ``nn.Embedding``
     (initialised N(0, 1); the ``padding_idx`` row is zero and gets no gradient)."""
+    check_sizes("embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+    if padding_idx is not None and not (
+        isinstance(padding_idx, int) and not isinstance(padding_idx, bool)
+        and -num_embeddings <= padding_idx < num_embeddings
+    ):
+        raise ConfigError(f"embedding: padding_idx must be None or an int in [-{num_embeddings}, "
+                          f"{num_embeddings}) (a row of the table), got {padding_idx!r}")
 
     def init(key: Key) -> tuple[Params, State]:
         weight = random.normal(key, (num_embeddings, embedding_dim), dtype=dtype)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_ints
+from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
 from ..random import Key
@@ -83,6 +85,18 @@ def flatten(start_dim: int = 1, end_dim: int = -1) -> Model:
     return lift(lambda x: torch.flatten(x, start_dim, end_dim), "flatten", start_dim=start_dim)
 
 
+def _check_pool(fn: str, kernel_size: object, stride: object, padding: object) -> None:
+    """A pooling window's sizes: kernel and stride ints >= 1 (stride None: the kernel), padding
+    ints >= 0 and at most half the kernel, as torch requires."""
+    kernel = check_ints(fn, "kernel_size", kernel_size, dims=2)
+    if stride is not None:
+        check_ints(fn, "stride", stride, dims=2)
+    pads = check_ints(fn, "padding", padding, dims=2, minimum=0)
+    if any(2 * p > k for p, k in zip(pads, kernel, strict=True)):
+        raise ConfigError(f"{fn}: padding must be at most half of kernel_size, got "
+                          f"padding={padding!r}, kernel_size={kernel_size!r}")
+
+
 def max_pool2d(
     kernel_size: int | tuple[int, int],
     stride: int | tuple[int, int] | None = None,
@@ -91,6 +105,7 @@ def max_pool2d(
     ceil_mode: bool = False,
 ) -> Model:
     """Max pooling over ``(B, C, H, W)``, as ``nn.MaxPool2d``."""
+    _check_pool("max_pool2d", kernel_size, stride, padding)
     return lift(
         lambda x: F.max_pool2d(x, kernel_size, stride, padding, ceil_mode=ceil_mode),
         "max_pool2d", kernel_size=kernel_size, stride=stride, padding=padding,
@@ -106,6 +121,7 @@ def avg_pool2d(
     count_include_pad: bool = True,
 ) -> Model:
     """Average pooling over ``(B, C, H, W)``, as ``nn.AvgPool2d``."""
+    _check_pool("avg_pool2d", kernel_size, stride, padding)
     return lift(
         lambda x: F.avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad),
         "avg_pool2d", kernel_size=kernel_size, stride=stride, padding=padding,

@@ -13,13 +13,14 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..errors import ShapeError
 from ..random import Key
 
 
 def fan_in_and_out(shape: Sequence[int]) -> tuple[int, int]:
     """``(fan_in, fan_out)`` as ``torch.nn.init`` computes them for a weight of ``shape``."""
     if len(shape) < 2:
-        raise ValueError(f"fan_in_and_out: need a weight with >= 2 dims, got shape {tuple(shape)}")
+        raise ShapeError(f"fan_in_and_out: need a weight with >= 2 dims, got shape {tuple(shape)}")
     receptive = math.prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
 

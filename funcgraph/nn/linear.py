@@ -10,23 +10,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import random
+from ..checks import check_ints, check_sizes
+from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
 from ..random import Key
 from .init import fan_in_uniform
 
 
-def _check_positive(fn: str, **values: int) -> None:
-    for name, v in values.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{fn}: {name} must be a positive int, got {v!r}")
-
-
 def linear(
     in_features: int, out_features: int, *, bias: bool = True, dtype: torch.dtype = torch.float32
 ) -> Model:
     """``y = x @ weight.T + bias``; params ``weight (out, in)``, ``bias (out,)``."""
-    _check_positive("linear", in_features=in_features, out_features=out_features)
+    check_sizes("linear", in_features=in_features, out_features=out_features)
 
     def init(key: Key) -> tuple[Params, State]:
         kw, kb = random.split(key)
@@ -43,8 +39,23 @@ def linear(
     return Model(init, apply, "linear", {"in_features": in_features, "out_features": out_features})
 
 
-def _pair(v: int | tuple[int, ...], n: int) -> tuple[int, ...]:
-    return (v,) * n if isinstance(v, int) else tuple(v)
+_PADDING_MODES = ("same", "valid")
+
+
+def _padding(
+    fn: str, padding: int | tuple[int, ...] | str, dims: int, strides: tuple[int, ...]
+) -> tuple[int, ...] | str:
+    """A convolution's checked padding: ints >= 0 (one, or one per dim), or ``"same"`` /
+    ``"valid"`` as torch takes them (``"same"`` only without stride, as torch requires)."""
+    if not isinstance(padding, str):
+        return check_ints(fn, "padding", padding, dims=dims, minimum=0)
+    if padding not in _PADDING_MODES:
+        raise ConfigError(f"{fn}: padding must be ints >= 0 or one of {_PADDING_MODES}, "
+                          f"got {padding!r}")
+    if padding == "same" and any(s != 1 for s in strides):
+        raise ConfigError(f"{fn}: padding='same' needs stride 1 (torch has no strided 'same'), "
+                          f"got stride={strides}")
+    return padding
 
 
 def _conv(
@@ -61,17 +72,19 @@ def _conv(
     dtype: torch.dtype = torch.float32,
 ) -> Model:
     fn_name = f"conv{dims}d"
-    _check_positive(fn_name, in_channels=in_channels, out_channels=out_channels, groups=groups)
+    check_sizes(fn_name, in_channels=in_channels, out_channels=out_channels, groups=groups)
     if in_channels % groups or out_channels % groups:
-        raise ValueError(
-            f"{fn_name}: in_channels ({in_channels}) and out_channels ({out_channels}) "
-            f"must be divisible by groups ({groups})"
+        raise ConfigError(
+            f"{fn_name}: in_channels and out_channels must be divisible by groups, got "
+            f"in_channels={in_channels}, out_channels={out_channels}, groups={groups}"
         )
-    kernel = _pair(kernel_size, dims)
+    kernel = check_ints(fn_name, "kernel_size", kernel_size, dims=dims)
+    strides = check_ints(fn_name, "stride", stride, dims=dims)
+    dilations = check_ints(fn_name, "dilation", dilation, dims=dims)
+    pad: Any = _padding(fn_name, padding, dims, strides)
     weight_shape = (out_channels, in_channels // groups, *kernel)
     fan_in = (in_channels // groups) * math.prod(kernel)
     conv = F.conv1d if dims == 1 else F.conv2d
-    pad: Any = padding if isinstance(padding, str) else _pair(padding, dims)
 
     def init(key: Key) -> tuple[Params, State]:
         kw, kb = random.split(key)
@@ -83,8 +96,7 @@ def _conv(
     def apply(
         params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
     ) -> tuple[Tensor, State]:
-        y = conv(x, params["weight"], params.get("bias"), _pair(stride, dims), pad,
-                 _pair(dilation, dims), groups)
+        y = conv(x, params["weight"], params.get("bias"), strides, pad, dilations, groups)
         return y, state
 
     meta = {"in_channels": in_channels, "out_channels": out_channels, "kernel_size": kernel,

@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_fraction, check_ints, check_sizes
 from ..control import in_transform
-from ..errors import ShapeError
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State
 from ..random import Key
@@ -53,6 +54,8 @@ def batch_norm(
     the running statistics, or batch statistics when ``track_running_stats=False``
     (transductive batch norm, as MAML uses).
     """
+    check_sizes("batch_norm", num_features=num_features)
+    check_fraction("batch_norm", "momentum", momentum, allow_one=True)
 
     def init(key: Key) -> tuple[Params, State]:
         params: Params = {}
@@ -121,7 +124,7 @@ def layer_norm(
     dtype: torch.dtype = torch.float32,
 ) -> Model:
     """Layer norm over the trailing ``normalized_shape`` dims, as ``nn.LayerNorm``."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    shape = check_ints("layer_norm", "normalized_shape", normalized_shape)
 
     def init(key: Key) -> tuple[Params, State]:
         if not elementwise_affine:
@@ -146,10 +149,11 @@ def group_norm(
     dtype: torch.dtype = torch.float32,
 ) -> Model:
     """Group norm over channel groups of ``(B, C, ...)``, as ``nn.GroupNorm``."""
+    check_sizes("group_norm", num_groups=num_groups, num_channels=num_channels)
     if num_channels % num_groups:
-        raise ValueError(
-            f"group_norm: num_channels ({num_channels}) must be divisible by "
-            f"num_groups ({num_groups})"
+        raise ConfigError(
+            f"group_norm: num_channels must be divisible by num_groups, got "
+            f"num_channels={num_channels}, num_groups={num_groups}"
         )
 
     def init(key: Key) -> tuple[Params, State]:

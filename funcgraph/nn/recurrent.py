@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .. import random
+from ..checks import check_sizes
 from ..errors import ShapeError
 from ..model import Model
 from ..params import Params, State
@@ -73,10 +74,7 @@ def _recurrent(
 ) -> Model:
     """The Model both :func:`lstm` and :func:`gru` are: ``gates`` blocks of ``hidden_size``
     rows per weight, ``cell`` for one step, a carry of ``(h, c)`` (LSTM) or ``(h,)`` (GRU)."""
-    for name, v in {"input_size": input_size, "hidden_size": hidden_size,
-                    "num_layers": num_layers}.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{kind}: {name} must be a positive int, got {v!r}")
+    check_sizes(kind, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
     carry_size = 2 if kind == "lstm" else 1
     bound = 1.0 / math.sqrt(hidden_size)
 

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..checks import check_fraction, check_sizes
 from ..control import is_batched
 from ..errors import ConfigError, KeyMissingError
 from ..model import Model
@@ -59,9 +60,8 @@ def linear_decay(num_blocks: int, final_drop_prob: float = 0.5) -> list[float]:
     block's *survival*; here every name is a drop probability, so the first block is dropped
     least and the last with ``final_drop_prob``.
     """
-    if not isinstance(num_blocks, int) or num_blocks < 1:
-        raise ConfigError(f"linear_decay: num_blocks must be a positive int, got {num_blocks!r}")
-    _check_prob("linear_decay: final_drop_prob", final_drop_prob)
+    check_sizes("linear_decay", num_blocks=num_blocks)
+    check_fraction("linear_decay", "final_drop_prob", final_drop_prob)
     return [l / num_blocks * final_drop_prob for l in range(1, num_blocks + 1)]
 
 
@@ -79,20 +79,13 @@ class Warmup:
     start_scale: float = 0.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError(f"Warmup: steps must be a positive int, got {self.steps!r}")
-        if not 0.0 <= self.start_scale <= 1.0:
-            raise ConfigError(f"Warmup: start_scale must be in [0, 1], got {self.start_scale!r}")
+        check_sizes("Warmup", steps=self.steps)
+        check_fraction("Warmup", "start_scale", self.start_scale, allow_one=True)
 
     def scale(self, step: Tensor) -> Tensor:
         """The drop-probability multiplier after ``step`` training calls (a float tensor)."""
         frac = (step.to(torch.float32) / self.steps).clamp(max=1.0)
         return self.start_scale + (1.0 - self.start_scale) * frac
-
-
-def _check_prob(what: str, p: float) -> None:
-    if not isinstance(p, int | float) or not 0.0 <= p < 1.0:
-        raise ConfigError(f"{what} must be a float in [0, 1), got {p!r}")
 
 
 def stochastic_depth(
@@ -126,7 +119,7 @@ def stochastic_depth(
         y, state = block.apply(params, state, x, key=funcgraph.random.key(0), train=True)
         ran = blocks_ran(state)   # {"": tensor(1.)} or {"": tensor(0.)}
     """
-    _check_prob("stochastic_depth: drop_prob", drop_prob)
+    check_fraction("stochastic_depth", "drop_prob", drop_prob)
     if mode not in ("batch", "row"):
         raise ConfigError(f"stochastic_depth: mode must be 'batch' or 'row', got {mode!r}")
     children = {"body": body}

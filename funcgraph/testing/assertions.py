@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from .. import random
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State
 from ._compare import compare_trees, describe_difference, index_of, leaves_with_paths, same_values
@@ -134,7 +135,7 @@ def _batch_size(args: Sequence[Any], dims: Sequence[int | None]) -> int:
         if isinstance(leaf, Tensor)
     }
     if len(sizes) != 1:
-        raise ValueError(
+        raise ShapeError(
             f"assert_vmap_matches_loop: batched arguments need one common batch size along "
             f"in_dims, got sizes {sorted(sizes)}"
         )
@@ -162,8 +163,9 @@ def assert_vmap_matches_loop(
     """
     dims = list(in_dims) if isinstance(in_dims, Sequence) else [in_dims] * len(args)
     if len(dims) != len(args):
-        raise ValueError(
-            f"assert_vmap_matches_loop: in_dims has {len(dims)} entries for {len(args)} arguments"
+        raise ConfigError(
+            f"assert_vmap_matches_loop: in_dims needs one entry per argument ({len(args)}), got "
+            f"{len(dims)}: {in_dims!r}"
         )
     try:
         batched = torch.func.vmap(fn, in_dims=tuple(dims))(*args)
@@ -239,7 +241,7 @@ def assert_grad_matches_finite_differences(
         out = fn(q[""] if single else q, *args, **kwargs)
         if not isinstance(out, Tensor) or out.numel() != 1:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(
+            raise ShapeError(
                 f"assert_grad_matches_finite_differences: fn must return a scalar, got {got}"
             )
         return out.reshape(())

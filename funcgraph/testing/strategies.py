@@ -21,6 +21,7 @@ from hypothesis.extra import numpy as hnp
 from torch import Tensor
 
 from .. import random
+from ..errors import ConfigError
 from ..model import Model
 
 Strategy = st.SearchStrategy
@@ -74,7 +75,8 @@ def _arrays(dtype: torch.dtype, shape: tuple[int, ...], low: float, high: float)
         return hnp.arrays(_NUMPY_INT[dtype], shape, elements=ints)
     if dtype == torch.bool:
         return hnp.arrays(np.bool_, shape, elements=st.booleans())
-    raise ValueError(f"tensors: unsupported dtype {dtype}")
+    supported = [*_NUMPY_FLOAT, *_NUMPY_INT, torch.bool]
+    raise ConfigError(f"tensors: dtype must be one of {supported}, got {dtype}")
 
 
 def tensors(
@@ -139,7 +141,8 @@ def params_for(
         def test_finite(params, x): ...
     """
     if (min_value is None) != (max_value is None):
-        raise ValueError("params_for: give both min_value and max_value, or neither")
+        raise ConfigError("params_for: give both min_value and max_value, or neither; got "
+                          f"min_value={min_value!r}, max_value={max_value!r}")
 
     @st.composite
     def draw_params(draw: st.DrawFn) -> Any:
@@ -175,8 +178,9 @@ def padded_sequences(
     Lengths range over ``min_length..max_length`` (length-1 sequences included by default).
     """
     if min_length < 1 or max_length < min_length:
-        raise ValueError(
-            f"padded_sequences: need 1 <= min_length <= max_length, got {min_length}, {max_length}"
+        raise ConfigError(
+            f"padded_sequences: need 1 <= min_length <= max_length, got min_length={min_length!r}, "
+            f"max_length={max_length!r}"
         )
 
     @st.composite

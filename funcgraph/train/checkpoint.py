@@ -46,7 +46,7 @@ def save_checkpoint(
     flat: dict[str, Tensor] = {}
     for group, tensors in groups.items():
         if "/" in group:
-            raise ValueError(f"save_checkpoint: group names may not contain '/': {group!r}")
+            raise CheckpointError(f"save_checkpoint: group names may not contain '/': {group!r}")
         for name, t in tensors.items():
             flat[f"{group}/{name}"] = t.detach().to("cpu").contiguous().clone()
     data = save(flat)
