@@ -40,7 +40,7 @@ from funcgraph.train.supervised import (
     Batch,
     batches,
     class_split,
-    evaluate,
+    evaluate_batches,
     sample_batch,
     train_step,
 )
@@ -121,7 +121,7 @@ def accuracy_cost(args: argparse.Namespace) -> dict[str, float]:
             k = random.fold_in(root, i)
             batch: Batch = sample_batch(random.fold_in(k, 0), train, args.batch_size)
             params, state, opt_state, _ = step(params, state, opt_state, batch, k)
-        out[name] = evaluate(model, params, state, batches(val, 256))["accuracy"]
+        out[name] = evaluate_batches(model, params, state, batches(val, 256))["accuracy"]
     return out
 
 

@@ -18,7 +18,7 @@ from funcgraph.data.sequences import SequenceTask
 from funcgraph.models.rnn import rnn_classifier
 from funcgraph.params import select
 from funcgraph.train import adam
-from funcgraph.train.supervised import evaluate, train_step
+from funcgraph.train.supervised import evaluate_batches, train_step
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         params, state, opt_state, metrics = step(params, state, opt_state,
                                                  task.sample(k, 64), k)
         if (i + 1) % max(args.steps // 4, 1) == 0:
-            acc = evaluate(model, params, state, [val])["accuracy"]
+            acc = evaluate_batches(model, params, state, [val])["accuracy"]
             print(f"step {i + 1}: loss {metrics['loss']:.3f}  validation accuracy {acc:.3f}")
 
 

@@ -72,6 +72,8 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except usage_error as e:
+        if not e.format_message():  # no command given: click has already printed the usage
+            sys.exit(USER_ERROR_EXIT)
         hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
         err_console.print(f"[red]error:[/red] {escape(e.format_message() + hint)}",
                           highlight=False, soft_wrap=True)

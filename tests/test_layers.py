@@ -11,8 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HEAVY = ("matplotlib", "rich.progress", "funcgraph.runs", "funcgraph.data.glyphs", "funcgraph.data.strokes", "funcgraph.data.omniglot",
-         "PIL")
+HEAVY = ("matplotlib", "rich.progress", "funcgraph.runs", "funcgraph.data.glyphs",
+         "funcgraph.data.strokes", "funcgraph.data.omniglot", "PIL")
 """Modules that ``import funcgraph`` and ``funcgraph --help`` must not load: plotting,
 progress bars, the run drivers and the data generators load when they are used."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -158,3 +159,63 @@ def test_sinusoid_example_runs_and_reports_mse() -> None:
     spec.loader.exec_module(module)
     mse = module.main(["--steps", "2", "--meta-batch", "2", "--episodes", "3"])
     assert mse > 0
+
+
+DROPOUT_MLP = {
+    "name": "dropout_mlp", "vars": {"drop": 0.3}, "input_shape": [1, 1, 8, 8],
+    "layers": ["flatten", {"type": "linear", "params": {"out_features": 16}}, "relu",
+               {"type": "dropout", "params": {"drop_prob": "$drop"}},
+               {"type": "linear", "name": "head", "params": {"out_features": WAYS}}],
+}
+
+
+def dropout_config(tmp_path: Path, *, steps: int = 3, seed: int = 0,
+                   drop: float = 0.3) -> MetaTrainConfig:
+    path = tmp_path / "dropout_mlp.json"
+    path.write_text(json.dumps(DROPOUT_MLP))
+    model = {"factory": str(path), "overrides": {"vars.drop": str(drop)}}
+    return MetaTrainConfig(**{**config(steps).to_json(), "seed": seed, "model": model})
+
+
+def test_meta_train_with_a_dropout_config_is_reproducible_and_resumable(tmp_path: Path) -> None:
+    """Every task and inner step gets its own key: dropout trains, the same seed gives the same
+    run, another seed another, and an interrupted run resumes bit for bit."""
+    def params_of(name: str, **kw: Any) -> dict[str, torch.Tensor]:
+        return run_quiet(dropout_config(tmp_path, **kw), tmp_path / name,  # type: ignore[attr-defined]
+                         sources=sources()).params
+
+    first, again = params_of("a"), params_of("b")
+    other_seed, no_drop = params_of("c", seed=1), params_of("d", drop=0.0)
+    for n in first:
+        assert torch.equal(first[n], again[n]), f"{n}: the same seed gave a different run"
+    assert any(not torch.equal(first[n], other_seed[n]) for n in first), "seed 1 == seed 0"
+    assert any(not torch.equal(first[n], no_drop[n]) for n in first), (
+        "drop_prob 0.3 trained exactly like 0.0: dropout never saw a key")
+    assert Run.open(tmp_path / "a").metrics() != Run.open(tmp_path / "c").metrics()
+    with pytest.raises(KeyboardInterrupt):
+        run_quiet(dropout_config(tmp_path), tmp_path / "cut", sources=sources(interrupt_at=3))
+    resumed = run_quiet(dropout_config(tmp_path), tmp_path / "cut", sources=sources(),
+                        resume=True)
+    for n, p in first.items():
+        assert torch.equal(p, resumed.params[n]), f"{n} differs after resume"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "hidden=0"], "hidden"),
+    (["--set", "hidden=abc"], "hidden"),
+    (["--set", "ways=3"], "3"),
+    (["--set", "nosuch=1"], "nosuch"),
+    (["--tasks", "[/x]"], "[/x]"),
+    (["--tasks", "[bold]5way1shot"], "[bold]"),
+])
+def test_bad_model_or_spec_is_one_line_and_leaves_no_run_directory(
+        tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["meta-train", "--steps", "1", "--meta-batch", "2",
+                                 "--device", "cpu", "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output, result.output
+    lines = [line for line in result.output.strip().splitlines()
+             if not line.startswith("run directory:")]
+    assert len(lines) == 1 and message in lines[0], f"expected one line naming {message!r}: {lines}"
+    assert not out.exists(), f"a failed start left {sorted(p.name for p in out.iterdir())}"

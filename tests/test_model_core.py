@@ -78,6 +78,16 @@ def test_norm_layers_reject_bad_shapes_with_shape_error():
         gn.apply(gp, gs, torch.randn(2, 6, 3))
 
 
+def test_console_script_without_a_command_prints_the_usage_only() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "funcgraph"], capture_output=True, text=True,
+                          timeout=120)
+    assert "Usage" in done.stdout and "meta-train" in done.stdout, done.stdout
+    assert "error:" not in done.stdout + done.stderr, "an empty error line after the usage"
+
+
 def test_console_script_usage_mistakes_are_one_line_exit_2():
     import subprocess
     import sys

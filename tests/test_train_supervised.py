@@ -20,7 +20,7 @@ from funcgraph.train.supervised import (
     batches,
     class_split,
     classification_loss,
-    evaluate,
+    evaluate_batches,
     train_step,
 )
 
@@ -56,8 +56,8 @@ def test_evaluate_weights_batches_by_size_and_class_split() -> None:
     torch.testing.assert_close(val[0][1], images[1, 3])
     model = nn.serial(nn.flatten(), nn.linear(4, 3))
     params, state = model.init(random.key(0))
-    whole = evaluate(model, params, state, [train])
-    parts = evaluate(model, params, state, batches(train, 4))
+    whole = evaluate_batches(model, params, state, [train])
+    parts = evaluate_batches(model, params, state, batches(train, 4))
     assert whole == pytest.approx(parts)
     logits, _ = model.apply(params, state, train[0])
     assert whole["loss"] == pytest.approx(float(classification_loss(logits, train[1])[0]))

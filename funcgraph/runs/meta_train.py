@@ -21,14 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import distributed, random
 from ..errors import CheckpointError, ConfigError
-from ..model import bind
-from ..params import Params
-from ..random import Key
-from ..placement import resolve_device
 from ..meta import (
     EvalResult,
     MetaLearner,
@@ -41,6 +35,10 @@ from ..meta import (
     resolve_strategy,
 )
 from ..meta.strategy import CHOICES, STRATEGIES
+from ..model import bind
+from ..params import Params
+from ..placement import resolve_device
+from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, run_loop
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides

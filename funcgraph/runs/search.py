@@ -183,7 +183,8 @@ def run_search(
     def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
         full = {**g["weights"], **g["arch"]}
         distributed.assert_in_sync(full, env, step)
-        val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y, batch_stats=True)
+        val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y,
+                                    batch_stats=True)
         w, genotype, uncapped = genotypes(g["arch"])
         epoch = math.ceil(step / per_epoch)
         if env.is_main:

@@ -17,8 +17,8 @@ from typing import Any
 
 from .. import random
 from ..errors import ConfigError, DataError, TaskSpecError
-from ..random import Key
 from ..meta import Task, TaskSampler
+from ..random import Key
 
 DATASETS = ("glyphs", "omniglot", "sinusoid")
 

@@ -30,7 +30,7 @@ from ..train.supervised import (
     batches,
     class_split,
     classification_loss,
-    evaluate,
+    evaluate_batches,
     logits_of,
     sample_batch,
     take_rows,
@@ -265,7 +265,7 @@ def fit(
         return {"params": p, "state": s, "opt": o}, metrics
 
     def validate(i: int, g: Groups) -> dict[str, float]:
-        return evaluate(model, g["params"], g["state"], batches(val, 256), loss_fn=loss_fn)
+        return evaluate_batches(model, g["params"], g["state"], batches(val, 256), loss_fn=loss_fn)
 
     loop = LoopConfig(total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
                       validate_every=cfg.validate_every, best_metric="accuracy",

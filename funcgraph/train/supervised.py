@@ -2,7 +2,7 @@
 
 :func:`train_step` builds ``step(params, state, opt_state, batch, key) -> (params, state,
 opt_state, metrics)``: one ``torch.func.grad`` of the loss, one optimiser update, the model's
-returned state kept. :func:`evaluate` averages the loss and its metrics over batches in
+returned state kept. :func:`evaluate_batches` averages the loss and its metrics over batches in
 evaluation mode. The model's output goes through a ``loss_fn(y, labels) -> (loss, metrics)``;
 the default, :func:`classification_loss`, is cross-entropy on logits ``(B, C)`` (or on the
 first element of a tuple output, as the early-exit CNN returns).
@@ -150,7 +150,7 @@ def take_rows(inputs: Any, idx: Tensor) -> Any:
     return inputs[idx]
 
 
-def evaluate(
+def evaluate_batches(
     model: Model,
     params: Params,
     state: State,
@@ -173,7 +173,7 @@ def evaluate(
                 totals[k] = totals.get(k, 0.0) + float(v) * n
             count += n
     if count == 0:
-        raise DataError("evaluate: no batches to evaluate (an empty validation set?)")
+        raise DataError("evaluate_batches: no batches to evaluate (an empty validation set?)")
     return {k: v / count for k, v in totals.items()}
 
 
@@ -191,7 +191,7 @@ __all__ = [
     "batches",
     "class_split",
     "classification_loss",
-    "evaluate",
+    "evaluate_batches",
     "logits_of",
     "sample_batch",
     "take_rows",
