@@ -118,10 +118,10 @@ def test_vmap_maps_tasks_with_and_without_keys() -> None:
         return task.support_x.sum() * x + (0 if task.key is None else task.key[0])
 
     x = torch.tensor(1.0, dtype=DT)
-    plain = torch.func.vmap(first_word, in_dims=(None, tasks.vmap_dims()))(x, tasks)
+    plain = torch.func.vmap(first_word, in_dims=(None, 0))(x, tasks)
     assert torch.equal(plain, tasks.support_x.sum((1, 2))), "a key-free batch maps its data"
     keyed = tasks.with_keys(keys)
-    got = torch.func.vmap(first_word, in_dims=(None, keyed.vmap_dims()))(x, keyed)
+    got = torch.func.vmap(first_word, in_dims=(None, 0))(x, keyed)
     assert torch.equal(got, tasks.support_x.sum((1, 2)) + keys[:, 0]), "each task sees its key"
 
 

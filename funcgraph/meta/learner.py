@@ -34,12 +34,13 @@ check once when they are built (:func:`check_apply`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .. import random
@@ -56,13 +57,18 @@ _SUPPORT, _QUERY = 0, 1
 """The first fold of a task key: the support steps' stream and the query pass's key."""
 
 
-class Task(NamedTuple):
+@dataclass(frozen=True, eq=False)
+class Task:
     """One task, or a batch of tasks with a leading ``T`` dim (a pytree, so ``vmap`` maps it).
 
     Classification: ``support_x (N*K, C, H, W)``, ``support_y (N*K,)`` int64 labels in
     ``[0, N)``, ``query_x (N*Q, C, H, W)``, ``query_y (N*Q,)``. Regression: ``(K, D)`` inputs
     and ``(K, 1)`` targets. ``key``: the task's model key ``(2,)`` (``(T, 2)`` for a batch;
     see the module docstring), or ``None`` for a model without randomness.
+
+    Iterating yields the four data tensors (``sx, sy, qx, qy = task``); the key is not data.
+    A missing key is no pytree leaf, so ``vmap(f, in_dims=(None, 0))(params, tasks)`` maps a
+    key-free batch and a keyed one alike.
     """
 
     support_x: Tensor
@@ -78,9 +84,13 @@ class Task(NamedTuple):
         return cls(batch.support_x, batch.support_y, batch.query_x, batch.query_y,
                    getattr(batch, "key", None))
 
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter((self.support_x, self.support_y, self.query_x, self.query_y))
+
     def _map(self, fn: Callable[[Tensor], Any]) -> Task:
         """``fn`` on every tensor; a missing key stays ``None``."""
-        return Task._make(None if t is None else fn(t) for t in self)
+        sx, sy, qx, qy = (fn(t) for t in self)
+        return Task(sx, sy, qx, qy, None if self.key is None else fn(self.key))
 
     def to(self, device: torch.device | str | None = None,
            dtype: torch.dtype | None = None) -> Task:
@@ -106,16 +116,27 @@ class Task(NamedTuple):
                    else type(keys).__name__)
             raise ShapeError(f"Task.with_keys: expected int64 keys of shape {want} (one per "
                              f"task, e.g. random.split(key, {want[0]})), got {got}")
-        return self._replace(key=keys.to(self.support_x.device))
-
-    def vmap_dims(self) -> Any:
-        """``in_dims`` for ``vmap`` over this batch: 0 for every tensor, ``None`` for a missing
-        key (torch's pytrees count ``None`` as a leaf, which vmap cannot map over dim 0)."""
-        return self._map(lambda t: 0)
+        return replace(self, key=keys.to(self.support_x.device))
 
     @property
     def num_tasks(self) -> int:
         return int(self.support_x.shape[0])
+
+
+def _flatten_task(task: Task) -> tuple[list[Tensor], bool]:
+    """Pytree leaves of a task: its four tensors, and its key when it has one."""
+    return [*task, *([] if task.key is None else [task.key])], task.key is not None
+
+
+def _unflatten_task(leaves: Any, keyed: bool) -> Task:
+    sx, sy, qx, qy, *key = leaves
+    return Task(sx, sy, qx, qy, key[0] if keyed else None)
+
+
+# A missing key is no leaf at all (a namedtuple's ``None`` field would be one, which vmap
+# refuses to map over dim 0; and torch treats every namedtuple alike, registered or not).
+pytree.register_pytree_node(Task, _flatten_task, _unflatten_task,
+                            serialized_type_name="funcgraph.meta.Task")
 
 
 def support_keys(key: Key | None, steps: int) -> list[Key | None]:

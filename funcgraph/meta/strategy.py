@@ -128,7 +128,7 @@ def mean_task_grads(
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = torch.func.vmap(
-            task_grad, in_dims=(None, tasks.vmap_dims()), chunk_size=chunk_size
+            task_grad, in_dims=(None, 0), chunk_size=chunk_size
         )(meta_params, tasks)
         return {n: g.mean(0) for n, g in grads.items()}, loss.mean(), metric.mean()
     total: Params = {}
@@ -158,7 +158,7 @@ def task_evals(
     _check(strategy)
     if strategy == "vmap":
         loss, metric = torch.func.vmap(
-            task_eval, in_dims=(None, tasks.vmap_dims()), chunk_size=chunk_size
+            task_eval, in_dims=(None, 0), chunk_size=chunk_size
         )(meta_params, tasks)
         return loss, metric
     pairs = list(per_task(lambda t: task_eval(meta_params, tasks.pick(t)), tasks.num_tasks,
