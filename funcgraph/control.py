@@ -73,7 +73,7 @@ def _check_pred(pred: Any) -> None:
         )
 
 
-def select(pred: Tensor, on_true: Any, on_false: Any) -> Any:
+def where(pred: Tensor, on_true: Any, on_false: Any) -> Any:
     """``torch.where(pred, a, b)`` leaf by leaf over two outputs of the same structure."""
     flat_true, spec = pytree.tree_flatten(on_true)
     flat_false, spec_false = pytree.tree_flatten(on_false)
@@ -113,7 +113,7 @@ def cond(
     if torch.compiler.is_compiling():
         return torch.cond(pred, true_fn, false_fn, operands)
     if is_batched(pred):
-        return select(pred, true_fn(*operands), false_fn(*operands))
+        return where(pred, true_fn(*operands), false_fn(*operands))
     return (true_fn if bool(pred) else false_fn)(*operands)
 
 
@@ -122,4 +122,4 @@ def double_or_halve(x: Tensor) -> Tensor:
     return cond(x.sum() > 0, lambda v: v * 2, lambda v: v / 2, x)
 
 
-__all__ = ["cond", "double_or_halve", "in_transform", "is_batched", "select"]
+__all__ = ["cond", "double_or_halve", "in_transform", "is_batched", "where"]

@@ -42,7 +42,7 @@ from .config import (
 from .inits import with_init
 from .meta import meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot
-from .values import bind, coerce
+from .values import check_params, coerce
 
 _NODE_KEYS = ("type", "name", "params", "init")
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -186,7 +186,7 @@ class _Builder:
                 raise error(at(path, name), f"{describe(given[name])} does not match the input "
                                             f"shape {fmt_shape(in_shape)} ({name} would be "
                                             f"{inferred})")
-        return bind(layer.schema or layer.fn, given, path, what=layer.name,
+        return check_params(layer.schema or layer.fn, given, path, what=layer.name,
                     exclude=(*(s.name for s in layer.slots), *layer.hidden),
                     positive=layer.positive)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .expr import ExprError, evaluate, is_ref
+from .expr import ExprError, evaluate_ref, is_ref
 
 TOP_KEYS = ("name", "description", "vars", "input_shape", "input_dtype", "layers", "model", "init")
 SUFFIXES = (".json", ".toml", ".yaml", ".yml")
@@ -238,7 +238,7 @@ class Variables:
                 return env[name] if name in env else self[name]
 
             try:
-                return evaluate(value, lookup, lambda: [*env, *self.raw])
+                return evaluate_ref(value, lookup, lambda: [*env, *self.raw])
             except ExprError as e:
                 raise error(path, str(e)) from None
         if isinstance(value, list):

@@ -74,7 +74,7 @@ def source(ref: str) -> str:
     return _DOLLAR_NAME.sub("", ref).strip()
 
 
-def evaluate(ref: str, lookup: Callable[[str], Any], known: Callable[[], list[str]]) -> Any:
+def evaluate_ref(ref: str, lookup: Callable[[str], Any], known: Callable[[], list[str]]) -> Any:
     """Evaluate the reference ``ref`` (``"$hidden * 2"``).
 
     Arguments:
@@ -182,7 +182,7 @@ def _lookup_in(env: Mapping[str, Any]) -> Callable[[str], Any]:
 
 def evaluate_in(ref: str, env: Mapping[str, Any]) -> Any:
     """Evaluate ``ref`` against a plain mapping of names (used by tests and simple callers)."""
-    return evaluate(ref, _lookup_in(env), lambda: list(env))
+    return evaluate_ref(ref, _lookup_in(env), lambda: list(env))
 
 
-__all__ = ["FUNCTIONS", "ExprError", "evaluate", "evaluate_in", "is_ref", "source"]
+__all__ = ["FUNCTIONS", "ExprError", "evaluate_ref", "evaluate_in", "is_ref", "source"]

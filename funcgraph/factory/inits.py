@@ -28,7 +28,7 @@ from ..params import Params, State
 from ..random import Key
 from .config import at, describe, error, suggest
 from .meta import meta_draws
-from .values import bind
+from .values import check_params
 
 Nonlinearity = Literal["linear", "conv1d", "conv2d", "conv3d", "sigmoid", "tanh", "relu",
                        "leaky_relu", "selu"]
@@ -164,7 +164,8 @@ def parse_spec(spec: Any, path: str) -> tuple[Initializer, dict[str, Any]]:
         raise error(at(path, "type"), f"unknown init {describe(kind)}{suggest(kind, INITIALIZERS)};"
                                       f" one of {', '.join(INITIALIZERS)}")
     options = {k: v for k, v in spec.items() if k != "type"}
-    return fn, bind(fn, options, path, what=f"init {kind}", exclude=("key", "shape", "dtype"))
+    return fn, check_params(fn, options, path, what=f"init {kind}",
+                            exclude=("key", "shape", "dtype"))
 
 
 def with_init(model: Model, specs: Any, path: str, meta_params: Params) -> Model:

@@ -155,7 +155,7 @@ def coerce(value: Any, hint: Any, path: str) -> Any:
         raise error(path, f"expected {describe_hint(hint)}, got {describe(value)}") from None
 
 
-def bind(
+def check_params(
     fn: Callable[..., Any],
     given: Mapping[str, Any],
     path: str,
@@ -209,4 +209,4 @@ def bind(
     return out
 
 
-__all__ = ["ParamInfo", "bind", "coerce", "describe_hint", "signature_params"]
+__all__ = ["ParamInfo", "check_params", "coerce", "describe_hint", "signature_params"]
