@@ -56,6 +56,16 @@ class DistributedError(FuncgraphError, RuntimeError):
     """A distributed run failed: a rank died, diverged or timed out."""
 
 
+class RunDirectoryError(FuncgraphError, RuntimeError):
+    """A run directory cannot be used: another process holds it, it holds unrelated files, it
+    is a file, or it cannot be created; the message names the directory and the holder."""
+
+
+class DivergedError(FuncgraphError, RuntimeError):
+    """Training produced a non-finite loss; the message names the step and the checkpoint
+    that was kept."""
+
+
 __all__ = [
     "ArgumentTypeError",
     "CheckpointError",
@@ -63,9 +73,11 @@ __all__ = [
     "DataError",
     "DeviceError",
     "DistributedError",
+    "DivergedError",
     "ExportError",
     "FuncgraphError",
     "KeyMissingError",
+    "RunDirectoryError",
     "ShapeError",
     "TaskSpecError",
 ]

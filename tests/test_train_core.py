@@ -115,7 +115,8 @@ def _toy_run(path, steps, *, resume=False, interrupt_at=None):
         return {"params": {"w": w}}, {"loss": float(w.sum())}
 
     cfg = LoopConfig(total_steps=steps, checkpoint_every=3, log_every=1, show_progress=False)
-    return run, run_loop(run, groups, step_fn, cfg, start_step=start)
+    with run:
+        return run, run_loop(run, groups, step_fn, cfg, start_step=start)
 
 
 def test_interrupted_then_resumed_run_is_bit_identical(tmp_path):
@@ -133,20 +134,28 @@ def test_only_rank_0_creates_the_run_and_the_others_open_it(tmp_path, monkeypatc
 
     met = []
     monkeypatch.setattr(distributed, "barrier", lambda env: met.append(env.rank))
-    created = Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(0, 2))
-    opened = Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(1, 2))
-    assert opened.config == created.config == {"steps": 5} and met == [0, 1]
+    with Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(0, 2)) as created:
+        opened = Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(1, 2))
+        assert opened.config == created.config == {"steps": 5} and met == [0, 1], (
+            "rank 1 should open the config rank 0 wrote, after one barrier each")
+        assert opened.lock is None, "only rank 0 holds the run directory's lock"
+        created.save("last", {"p": {"w": torch.zeros(1)}}, {"step": 1})
     with pytest.raises(ConfigError, match="already holds a run"):
         Run.create(tmp_path / "r", {"steps": 5}, env=distributed.DistEnv(0, 2))
 
 
 def test_run_refuses_overwrite_and_mismatched_resume(tmp_path):
-    Run.create(tmp_path / "r", {"lr": 0.1, "steps": 5})
+    with Run.create(tmp_path / "r", {"lr": 0.1, "steps": 5}) as run:
+        run.save("last", {"p": {"w": torch.zeros(1)}}, {"step": 3})
     with pytest.raises(ConfigError, match="already holds a run"):
         Run.create(tmp_path / "r", {"lr": 0.1, "steps": 5})
     with pytest.raises(ConfigError, match=r"lr: 0.1 -> 0.2"):
         Run.create(tmp_path / "r", {"lr": 0.2, "steps": 5}, resume=True)
-    Run.create(tmp_path / "r", {"lr": 0.1, "steps": 50}, resume=True)  # a longer budget is fine
+    with pytest.raises(ConfigError, match="--steps 2 is below the 3 steps"):
+        Run.create(tmp_path / "r", {"lr": 0.1, "steps": 2}, resume=True)
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["steps"] == 5, (
+        "a refused resume must not rewrite the config")
+    Run.create(tmp_path / "r", {"lr": 0.1, "steps": 50}, resume=True).close()  # longer: fine
     assert json.loads((tmp_path / "r" / "config.json").read_text())["steps"] == 50
     with pytest.raises(CheckpointError, match="no run to resume"):
         Run.create(tmp_path / "none", {}, resume=True)

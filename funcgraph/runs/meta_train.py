@@ -267,78 +267,83 @@ def meta_train(
     check_fit(learner, params, sources)
     keys = RunKeys.of(cfg.seed)
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
-    optimizer = adam(cfg.meta_lr)
-    groups: Groups = {"params": params, "opt": optimizer.init(params)}
-    start, best_value, strategy = 0, None, None
-    if resume and run.has_checkpoint("last"):
-        # Verify the params against the model; the optimiser state is ours (its "step" entry
-        # appears after the first update, so an init template would not match it).
-        loaded, meta = run.load("last", expect={"params": params})
-        if "opt" not in loaded:
-            raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
-        groups = {"params": loaded["params"], "opt": loaded["opt"]}
-        start, best_value = int(meta["step"]), meta.get("best_value")
-        strategy = meta.get("strategy") if meta.get("device") == dev.type else None
-        if env.is_main:
-            run.truncate_metrics(start)
-    groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
+    try:
+        optimizer = adam(cfg.meta_lr)
+        groups: Groups = {"params": params, "opt": optimizer.init(params)}
+        start, best_value, strategy = 0, None, None
+        if resume and run.has_checkpoint("last"):
+            # Verify the params against the model; the optimiser state is ours (its "step" entry
+            # appears after the first update, so an init template would not match it).
+            loaded, meta = run.load("last", expect={"params": params})
+            if "opt" not in loaded:
+                raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
+            groups = {"params": loaded["params"], "opt": loaded["opt"]}
+            start, best_value = int(meta["step"]), meta.get("best_value")
+            strategy = meta.get("strategy") if meta.get("device") == dev.type else None
+            if env.is_main:
+                run.truncate_metrics(start)
+        groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
-    def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
-        task_key, model_keys = keys.tasks(step, cfg.meta_batch)
-        tasks = sources.train(task_key, cfg.meta_batch).with_keys(model_keys)
-        if env.active:
-            mine = distributed.shard(cfg.meta_batch, env)
-            tasks = tasks.pick(slice(mine.start, mine.stop))
-        grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"], tasks.to(dev),
-                                              strategy=strategy)
-        comm: dict[str, float] = {}
-        if env.active:
-            started = time.perf_counter()
-            grads = distributed.all_reduce_mean(
-                {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
-            loss, metric = grads.pop("loss."), grads.pop("metric.")
-            comm["comm_s"] = time.perf_counter() - started
-        params, opt = optimizer.update(groups["params"], grads, groups["opt"])
-        if env.active and (step + 1) % sync_every == 0:
-            distributed.assert_in_sync(params, env, step + 1)
-        return {"params": params, "opt": opt}, {
-            "loss": float(loss), learner.objective.metric_name: float(metric), **comm}
+        def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
+            task_key, model_keys = keys.tasks(step, cfg.meta_batch)
+            tasks = sources.train(task_key, cfg.meta_batch).with_keys(model_keys)
+            if env.active:
+                mine = distributed.shard(cfg.meta_batch, env)
+                tasks = tasks.pick(slice(mine.start, mine.stop))
+            grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"],
+                                                  tasks.to(dev), strategy=strategy)
+            comm: dict[str, float] = {}
+            if env.active:
+                started = time.perf_counter()
+                grads = distributed.all_reduce_mean(
+                    {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
+                loss, metric = grads.pop("loss."), grads.pop("metric.")
+                comm["comm_s"] = time.perf_counter() - started
+            params, opt = optimizer.update(groups["params"], grads, groups["opt"])
+            if env.active and (step + 1) % sync_every == 0:
+                distributed.assert_in_sync(params, env, step + 1)
+            return {"params": params, "opt": opt}, {
+                "loss": float(loss), learner.objective.metric_name: float(metric), **comm}
 
-    if strategy is None:
-        strategy = resolve_strategy(cfg.strategy, dev, examples_per_task=task_size(sources.train),
-                                    probe=lambda s: step_fn(start, groups, s))
-    # Evaluation tasks are usually larger (15 queries per class): their own measured default.
-    eval_strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto",
-                                     dev, examples_per_task=task_size(sources.val))
-    metric_name = learner.objective.metric_name
+        if strategy is None:
+            strategy = resolve_strategy(cfg.strategy, dev,
+                                        examples_per_task=task_size(sources.train),
+                                        probe=lambda s: step_fn(start, groups, s))
+        # Evaluation tasks are usually larger (15 queries per class): their own measured
+        # default.
+        eval_strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto",
+                                         dev, examples_per_task=task_size(sources.val))
+        metric_name = learner.objective.metric_name
 
-    def validate(step: int, groups: Groups) -> dict[str, float]:
-        res = evaluate(learner, groups["params"], sources.val, key=keys.val,
-                       episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
-        return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
+        def validate(step: int, groups: Groups) -> dict[str, float]:
+            res = evaluate(learner, groups["params"], sources.val, key=keys.val,
+                           episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
+            return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
-    loop_cfg = LoopConfig(
-        total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
-        validate_every=cfg.validate_every, best_metric=metric_name,
-        maximize=learner.objective.higher_is_better, items_per_step=cfg.meta_batch,
-        item_name="tasks", show_progress=show_progress and env.is_main,
-        write=env.is_main, description=f"meta-train {cfg.algo}",
-        meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
-    )
-    if start < cfg.steps:
-        with_validation = cfg.validate_every and env.is_main
-        groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
-                          start_step=start, validate=validate if with_validation else None,
-                          best_value=best_value)
-    if not env.is_main:
-        return MetaTrainResult(run, groups["params"], None)
-    tag = "best" if run.has_checkpoint("best") else "last"
-    final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
-    test = evaluate(learner, final, sources.test, key=keys.test, episodes=cfg.test_episodes,
-                    strategy=eval_strategy, device=dev)
-    run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
-    echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
-    return MetaTrainResult(run, groups["params"], test)
+        loop_cfg = LoopConfig(
+            total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
+            validate_every=cfg.validate_every, best_metric=metric_name,
+            maximize=learner.objective.higher_is_better, items_per_step=cfg.meta_batch,
+            item_name="tasks", show_progress=show_progress and env.is_main,
+            write=env.is_main, description=f"meta-train {cfg.algo}",
+            meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
+        )
+        if start < cfg.steps:
+            with_validation = cfg.validate_every and env.is_main
+            groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
+                              start_step=start, validate=validate if with_validation else None,
+                              best_value=best_value)
+        if not env.is_main:
+            return MetaTrainResult(run, groups["params"], None)
+        tag = "best" if run.has_checkpoint("best") else "last"
+        final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
+        test = evaluate(learner, final, sources.test, key=keys.test, episodes=cfg.test_episodes,
+                        strategy=eval_strategy, device=dev)
+        run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
+        echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
+        return MetaTrainResult(run, groups["params"], test)
+    finally:
+        run.close()
 
 
 __all__ = [

@@ -151,81 +151,88 @@ def run_search(
     config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
               "steps": total}
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env)
-    data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
-                   val_x=data.val_x.to(device), val_y=data.val_y.to(device))
+    try:
+        data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
+                       val_x=data.val_x.to(device), val_y=data.val_y.to(device))
 
-    params, state = model.init(random.key(cfg.seed))
-    arch, weights = partition(params_to(params, device), is_arch)
-    state = params_to(state, device)
-    b = cfg.bilevel
-    groups: Groups = {"weights": weights, "arch": arch, "state": state,
-                      "opt_w": b.weight_optimizer().init(weights),
-                      "opt_a": b.arch_optimizer().init(arch)}
-    start, stopped = 0, False
-    history_path = run.path / HISTORY_FILE
-    if resume and run.has_checkpoint("last"):
-        expect = {k: groups[k] for k in ("weights", "arch", "state")}
-        # load_checkpoint returns names in saved order as fresh aligned tensors, which a
-        # bit-exact resume needs (sums such as the clipping norm depend on both).
-        loaded, meta = run.load("last", expect=expect, device=str(device))
-        groups = {k: loaded.get(k, {}) for k in groups}
-        start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
-        if env.is_main:
-            run.truncate_metrics(start)
-    if env.is_main:
-        kept = _read_history(history_path, start)
-        atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
-
-    def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
-        w = arch_weights(arch_params)
-        return w, derive_genotype(w, skip_cap=cfg.skip_cap), derive_genotype(w)
-
-    def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
-        full = {**g["weights"], **g["arch"]}
-        distributed.assert_in_sync(full, env, step)
-        val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y,
-                                    batch_stats=True)
-        w, genotype, uncapped = genotypes(g["arch"])
-        epoch = math.ceil(step / per_epoch)
-        if env.is_main:
-            with open(history_path, "a") as f:
-                f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc))
-                        + "\n")
-        skips = uncapped.skips("normal")
-        if cfg.stop_skips is not None and skips >= cfg.stop_skips and step < total:
-            raise _Collapsed(step, g, skips)
-        return {"val_acc": val_acc, "skips_normal": skips, "skips_reduce": uncapped.skips("reduce")}
-
-    loop = LoopConfig(total_steps=total, checkpoint_every=per_epoch, validate_every=per_epoch,
-                      log_every=max(1, per_epoch // 2), items_per_step=cfg.batch_size,
-                      item_name="images", show_progress=show_progress and env.is_main,
-                      write=env.is_main, description=f"search ({b.order} order)",
-                      meta={"config": config, "world_size": env.world_size})
-    done = start
-    if not stopped and start < total:
-        try:
-            groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
-                              loop, start_step=start, validate=end_of_epoch)
-            done = total
-        except _Collapsed as c:
-            groups, done, stopped = c.groups, c.step, True
+        params, state = model.init(random.key(cfg.seed))
+        arch, weights = partition(params_to(params, device), is_arch)
+        state = params_to(state, device)
+        b = cfg.bilevel
+        groups: Groups = {"weights": weights, "arch": arch, "state": state,
+                          "opt_w": b.weight_optimizer().init(weights),
+                          "opt_a": b.arch_optimizer().init(arch)}
+        start, stopped = 0, False
+        history_path = run.path / HISTORY_FILE
+        if resume and run.has_checkpoint("last"):
+            expect = {k: groups[k] for k in ("weights", "arch", "state")}
+            # load_checkpoint returns names in saved order as fresh aligned tensors, which a
+            # bit-exact resume needs (sums such as the clipping norm depend on both).
+            loaded, meta = run.load("last", expect=expect, device=str(device))
+            groups = {k: loaded.get(k, {}) for k in groups}
+            start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
             if env.is_main:
-                run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
-                run.save("last", groups, {"config": config, "step": done,
-                                          "stopped_early": True})
-    w, genotype, _ = genotypes(groups["arch"])
-    if not env.is_main:
-        return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
-    genotype.save(run.path / GENOTYPE_FILE)
-    write_heatmap(run.path / HEATMAP_FILE, w)
-    val_acc = supernet_accuracy(model, {**groups["weights"], **groups["arch"]}, groups["state"],
-                       data.val_x, data.val_y, batch_stats=True)
-    seconds = time.perf_counter() - started
-    summary = {"genotype": genotype.to_dict(), "steps_done": done, "steps": total,
-               "stopped_early": stopped, "val_acc": val_acc, "seconds": seconds,
-               "skips_normal": genotype.skips("normal"), "skips_reduce": genotype.skips("reduce")}
-    atomic_write(run.path / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
-    return SearchResult(genotype, done, stopped, val_acc, seconds, run.path)
+                run.truncate_metrics(start)
+        if env.is_main:
+            kept = _read_history(history_path, start)
+            atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+        def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
+            w = arch_weights(arch_params)
+            return w, derive_genotype(w, skip_cap=cfg.skip_cap), derive_genotype(w)
+
+        def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
+            full = {**g["weights"], **g["arch"]}
+            distributed.assert_in_sync(full, env, step)
+            val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y,
+                                        batch_stats=True)
+            w, genotype, uncapped = genotypes(g["arch"])
+            epoch = math.ceil(step / per_epoch)
+            if env.is_main:
+                with open(history_path, "a") as f:
+                    f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc))
+                            + "\n")
+            skips = uncapped.skips("normal")
+            if cfg.stop_skips is not None and skips >= cfg.stop_skips and step < total:
+                raise _Collapsed(step, g, skips)
+            return {"val_acc": val_acc, "skips_normal": skips,
+                    "skips_reduce": uncapped.skips("reduce")}
+
+        loop = LoopConfig(total_steps=total, checkpoint_every=per_epoch, validate_every=per_epoch,
+                          log_every=max(1, per_epoch // 2), items_per_step=cfg.batch_size,
+                          item_name="images", show_progress=show_progress and env.is_main,
+                          write=env.is_main, description=f"search ({b.order} order)",
+                          meta={"config": config, "world_size": env.world_size})
+        done = start
+        if not stopped and start < total:
+            try:
+                groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
+                                  loop, start_step=start, validate=end_of_epoch)
+                done = total
+            except _Collapsed as c:
+                groups, done, stopped = c.groups, c.step, True
+                if env.is_main:
+                    run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
+                    run.save("last", groups, {"config": config, "step": done,
+                                              "stopped_early": True})
+        w, genotype, _ = genotypes(groups["arch"])
+        if not env.is_main:
+            return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
+        genotype.save(run.path / GENOTYPE_FILE)
+        write_heatmap(run.path / HEATMAP_FILE, w)
+        val_acc = supernet_accuracy(model, {**groups["weights"], **groups["arch"]},
+                                    groups["state"], data.val_x, data.val_y, batch_stats=True)
+        seconds = time.perf_counter() - started
+        summary = {"genotype": genotype.to_dict(), "steps_done": done, "steps": total,
+                   "stopped_early": stopped, "val_acc": val_acc, "seconds": seconds,
+                   "skips_normal": genotype.skips("normal"),
+                   "skips_reduce": genotype.skips("reduce")}
+        atomic_write(run.path / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
+        return SearchResult(genotype, done, stopped, val_acc, seconds, run.path)
+    finally:
+        run.close()
+
+
 
 
 __all__ = [

@@ -84,16 +84,7 @@ def load_checkpoint(
     :class:`CheckpointError` that lists the differences.
     """
     meta_path = _meta_path(path)
-    if not meta_path.exists():
-        raise CheckpointError(
-            f"checkpoint {meta_path} not found (a checkpoint is NAME.json + its .safetensors)"
-        )
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"checkpoint {meta_path}: sidecar is not valid JSON ({e})") from None
-    if not isinstance(meta, dict) or "sha256" not in meta or "tensors" not in meta:
-        raise CheckpointError(f"checkpoint {meta_path}: sidecar lacks the sha256/tensors fields")
+    meta = _read_sidecar(meta_path)
     tensor_path = meta_path.with_name(Path(str(meta["tensors"])).name)
     if not tensor_path.exists():
         raise CheckpointError(f"checkpoint {tensor_path} is missing (sidecar {meta_path} exists)")
@@ -151,9 +142,33 @@ def _verify(
         )
 
 
+def _read_sidecar(meta_path: Path) -> dict[str, Any]:
+    """The sidecar's metadata, checked: valid JSON with the tensor file's name, its hash and,
+    when present, a step that is an int >= 0 (a hand-edited sidecar is refused here)."""
+    if not meta_path.exists():
+        raise CheckpointError(
+            f"checkpoint {meta_path} not found (a checkpoint is NAME.json + its .safetensors)"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {meta_path}: sidecar is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or "sha256" not in meta or "tensors" not in meta:
+        raise CheckpointError(f"checkpoint {meta_path}: sidecar lacks the sha256/tensors fields")
+    step = meta.get("step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"checkpoint {meta_path}: step must be an int >= 0, got {step!r}")
+    return meta
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The training step recorded in checkpoint ``path``'s sidecar (0 when it has none)."""
+    return int(_read_sidecar(_meta_path(path)).get("step", 0))
+
+
 def checkpoint_exists(path: str | Path) -> bool:
     """True when the sidecar (written last) exists, i.e. the checkpoint is complete."""
     return _meta_path(path).exists()
 
 
-__all__ = ["checkpoint_exists", "load_checkpoint", "save_checkpoint"]
+__all__ = ["checkpoint_exists", "checkpoint_step", "load_checkpoint", "save_checkpoint"]

@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ..errors import DivergedError
 from .run import Run
 
 Groups = dict[str, dict[str, Tensor]]
@@ -75,7 +76,7 @@ def run_loop(
     Checkpoint ``last`` holds the groups after ``meta["step"]`` completed steps. On Ctrl-C the
     completed steps are saved before ``KeyboardInterrupt`` propagates.
     """
-    done = start_step
+    done = saved = start_step
 
     def save(tag: str, extra: Mapping[str, Any] | None = None) -> None:
         if cfg.write:
@@ -108,8 +109,9 @@ def run_loop(
             bar = progress.add_task(cfg.description, total=cfg.total_steps, completed=start_step,
                                     metrics="", rate="")
             for step in range(start_step, cfg.total_steps):
-                groups, metrics = step_fn(step, groups)
-                done = step + 1
+                new_groups, metrics = step_fn(step, groups)
+                _check_finite(metrics, step + 1, saved)
+                groups, done = new_groups, step + 1
                 elapsed = time.perf_counter() - started
                 rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
                 shown = {k: float(v) for k, v in metrics.items()}
@@ -135,15 +137,26 @@ def run_loop(
                             save("best")
                 if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
                     save("last")
+                    saved = done
     except KeyboardInterrupt:
-        save("last")
+        if done > saved:  # a Ctrl-C before the first step leaves no checkpoint to resume
+            save("last")
         if cfg.show_progress:
             progress.console.print(
-                f"interrupted: saved checkpoint at step {done} in {run.checkpoint_dir}; "
-                "continue with --resume"
-            )
+                f"interrupted: checkpoint of step {done} in {run.checkpoint_dir}; continue "
+                "with --resume" if done else "interrupted before the first step: nothing saved",
+                highlight=False, markup=False)
         raise
     return groups
+
+
+def _check_finite(metrics: Mapping[str, Any], step: int, saved: int) -> None:
+    """Stop the run when step ``step`` produced a non-finite loss; its params are not kept."""
+    loss = metrics.get("loss")
+    if loss is not None and not math.isfinite(float(loss)):
+        kept = f"the checkpoint of step {saved} is kept" if saved else "no checkpoint was saved"
+        raise DivergedError(f"training diverged: the loss became {float(loss)} at step {step}; "
+                            f"{kept} (try a smaller learning rate)")
 
 
 __all__ = ["Groups", "LoopConfig", "StepFn", "ValidateFn", "run_loop"]

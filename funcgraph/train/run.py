@@ -6,6 +6,7 @@ Layout::
     RUN_DIR/metrics.jsonl        one JSON object per logged step / validation / evaluation
     RUN_DIR/checkpoints/last.*   the latest checkpoint (see :mod:`funcgraph.train.checkpoint`)
     RUN_DIR/checkpoints/best.*   the best checkpoint by the validation metric
+    RUN_DIR/.lock, .owner.json   held by the one process writing the run (see ownership)
 
 ``config.json`` holds everything needed to rebuild the model and continue the job; commands
 store the model under ``config["model"]`` (a registered name or a config) with its
@@ -15,8 +16,10 @@ hyperparameters, so ``funcgraph evaluate``/``export`` can rebuild it from the di
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +28,23 @@ from torch import Tensor
 from .. import distributed
 from ..errors import CheckpointError, ConfigError
 from ..files import atomic_write
-from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from .checkpoint import checkpoint_exists, checkpoint_step, load_checkpoint, save_checkpoint
+from .ownership import CONFIG_FILE, RunLock, check_out_dir
 
-CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
 class Run:
-    """Handle on a run directory; create with :meth:`create` or :meth:`open`."""
+    """Handle on a run directory; create with :meth:`create` or :meth:`open`.
+
+    A created run owns its directory (:class:`~funcgraph.train.ownership.RunLock`) until
+    :meth:`close`; use it as a context manager so the lock goes with the run.
+    """
 
     path: Path
     config: dict[str, Any]
+    lock: RunLock | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(
@@ -50,13 +58,16 @@ class Run:
     ) -> Run:
         """Start a new run in ``out``, or continue the one there with ``resume=True``.
 
-        A new run refuses a directory that already holds a run (so nothing is overwritten by
-        accident). Resuming requires the stored config to equal ``config`` except for the keys
-        in ``may_change`` (by default the step budget may be extended).
+        ``out`` must be new, empty or a run (:func:`check_out_dir`), and no other process may
+        hold it. A new run refuses a directory holding a run that has saved a step (so nothing
+        is overwritten by accident); a run that never saved one (a start that was killed or
+        interrupted at once) is started afresh, with or without ``resume``. Resuming requires
+        the stored config to equal ``config`` except for the keys in ``may_change``, and a
+        step budget (``config["steps"]``) no smaller than the steps already done.
 
-        With a multi-process ``env`` only rank 0 checks and writes the directory; the other
-        ranks open it after a barrier. (Were every rank to check, one could find the config
-        that rank 0 has just written and refuse it as an existing run.)
+        With a multi-process ``env`` only rank 0 checks, locks and writes the directory; the
+        other ranks open it after a barrier. (Were every rank to check, one could find the
+        config that rank 0 has just written and refuse it as an existing run.)
         """
         shared = env if env is not None and env.active else None
         if shared is not None and not shared.is_main:
@@ -64,47 +75,68 @@ class Run:
             return cls.open(out)
         path = Path(out)
         resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
-        stored_path = path / CONFIG_FILE
-        if resume:
-            if not stored_path.exists():
-                raise CheckpointError(
-                    f"--resume: no run to resume in {path} (expected {stored_path}); "
-                    "start it without --resume"
-                )
-            stored = json.loads(stored_path.read_text())
-            changed = sorted(
-                k for k in set(stored) | set(resolved)
-                if k not in set(may_change) and stored.get(k) != resolved.get(k)
-            )
-            if changed:
-                diffs = ", ".join(f"{k}: {stored.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
-                raise ConfigError(f"--resume: options differ from the run in {path}: {diffs}")
-            run = cls(path, resolved)
-        else:
-            if stored_path.exists():
-                raise ConfigError(
-                    f"{path} already holds a run; pass --resume to continue it "
-                    "or --out for a new one"
-                )
-            run = cls(path, resolved)
-        path.mkdir(parents=True, exist_ok=True)
-        atomic_write(stored_path, json.dumps(resolved, indent=2, sort_keys=True).encode())
+        check_out_dir(path)
+        lock = RunLock(path).acquire()
+        try:
+            cls._check_start(path, resolved, resume, set(may_change))
+            atomic_write(path / CONFIG_FILE,
+                         json.dumps(resolved, indent=2, sort_keys=True).encode())
+        except BaseException:
+            lock.release()
+            raise
         if shared is not None:
             distributed.barrier(shared)
-        return run
+        return cls(path, resolved, lock)
+
+    @staticmethod
+    def _check_start(path: Path, resolved: dict[str, Any], resume: bool,
+                     may_change: set[str]) -> None:
+        """Refuse what :meth:`create` refuses; clear the remains of a run that never saved."""
+        stored_path = path / CONFIG_FILE
+        done = _steps_done(path / "checkpoints" / "last") if stored_path.exists() else 0
+        if done == 0:
+            if resume and not stored_path.exists():
+                raise CheckpointError(f"--resume: no run to resume in {path} (expected "
+                                      f"{stored_path}); start it without --resume")
+            for leftover in (path / METRICS_FILE, path / "checkpoints"):
+                if leftover.is_dir():
+                    shutil.rmtree(leftover)
+                else:
+                    leftover.unlink(missing_ok=True)
+            return
+        if not resume:
+            raise ConfigError(f"{path} already holds a run ({done} steps done); pass --resume "
+                              "to continue it or --out for a new one")
+        stored = _read_config(stored_path)
+        changed = sorted(k for k in set(stored) | set(resolved)
+                         if k not in may_change and stored.get(k) != resolved.get(k))
+        if changed:
+            diffs = ", ".join(f"{k}: {stored.get(k)!r} -> {resolved.get(k)!r}" for k in changed)
+            raise ConfigError(f"--resume: options differ from the run in {path}: {diffs}")
+        steps = resolved.get("steps")
+        if isinstance(steps, int) and steps < done:
+            raise ConfigError(f"--resume: --steps {steps} is below the {done} steps the run in "
+                              f"{path} has done; pass --steps {done} or more")
+
+    def close(self) -> None:
+        """Release the directory for other processes (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
-        """Open an existing run directory (for evaluate/export)."""
+        """Open an existing run directory for reading (evaluate, export); takes no lock."""
         path = Path(path)
         cfg = path / CONFIG_FILE
         if not cfg.exists():
             raise CheckpointError(f"{path} is not a run directory (no {CONFIG_FILE})")
-        try:
-            config = json.loads(cfg.read_text())
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{cfg} is not valid JSON: {e}") from None
-        return cls(path, config)
+        return cls(path, _read_config(cfg))
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -130,9 +162,10 @@ class Run:
         return load_checkpoint(self.checkpoint_dir / tag, expect=expect, device=device)
 
     def log(self, record: Mapping[str, Any]) -> None:
-        """Append one JSON line to ``metrics.jsonl`` (flushed at once)."""
+        """Append one JSON line to ``metrics.jsonl`` (flushed at once); non-finite numbers
+        are written as ``null``, so every line stays valid JSON."""
         with open(self.path / METRICS_FILE, "a") as f:
-            f.write(json.dumps(dict(record), sort_keys=True) + "\n")
+            f.write(json.dumps(_finite(dict(record)), sort_keys=True) + "\n")
             f.flush()
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -154,6 +187,27 @@ class Run:
         kept = [r for r in self.metrics() if int(r.get("step", 0)) <= after_step]
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept)
         atomic_write(self.path / METRICS_FILE, text.encode())
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in record.items()}
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A run's ``config.json``; a truncated or hand-broken file is a :class:`CheckpointError`."""
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e}); the run cannot be read") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _steps_done(last: Path) -> int:
+    """The step of checkpoint ``last``, 0 when there is none."""
+    return checkpoint_step(last) if checkpoint_exists(last) else 0
 
 
 __all__ = ["CONFIG_FILE", "METRICS_FILE", "Run"]
