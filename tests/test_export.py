@@ -4,6 +4,7 @@ batch, clear errors, and the ``funcgraph export RUN_DIR`` command."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,14 @@ from funcgraph import random
 from funcgraph.cli import app
 from funcgraph.control import cond
 from funcgraph.errors import ExportError
-from funcgraph.export import export, export_onnx, onnx_available, read_metadata
+from funcgraph.export import (
+    InputSpec,
+    export,
+    export_onnx,
+    load,
+    onnx_available,
+    read_metadata,
+)
 from funcgraph.runs import resolve_model
 from funcgraph.train.run import Run
 
@@ -67,6 +75,13 @@ LOADER = textwrap.dedent("""
             got = module(x)
             if not torch.allclose(got, want, atol=1e-6):
                 raise SystemExit(f"{case['path']} batch {x.shape[0]}: {got} != {want}")
+        try:  # the dtype check the program carries, without funcgraph
+            module(case["inputs"][0].double())
+        except RuntimeError as e:
+            if "dtype mismatch" not in str(e):
+                raise SystemExit(f"{case['path']}: float64 input: {e}")
+        else:
+            raise SystemExit(f"{case['path']}: a float64 input ran")
     assert "funcgraph" not in sys.modules, "the loader imported funcgraph"
     print("checked", sum(len(c["inputs"]) for c in cases), "inputs")
 """)
@@ -109,6 +124,7 @@ def test_program_carries_the_funcgraph_names_and_metadata(tmp_path: Path) -> Non
     meta = read_metadata(tmp_path / "m.pt2")
     assert meta["model"] == "serial" and meta["dynamic_batch"] is True
     assert meta["input_shapes"] == [[2, 1, 4, 4]], "a batch of 1 is traced as 2"
+    assert meta["inputs"] == [{"shape": [None, 1, 4, 4], "dtype": "float32"}], meta["inputs"]
     y = program.module()(random.normal(random.key(2), (7, 1, 4, 4)))
     assert y.shape == (7, 2)
 
@@ -140,6 +156,49 @@ def test_bad_inputs_are_export_errors() -> None:
         export(model, params, state, [])
     with pytest.raises(ExportError, match="scalar"):
         export(model, params, state, torch.tensor(1.0))
+
+
+def test_load_checks_inputs_with_readable_errors(tmp_path: Path) -> None:
+    model = convnet()
+    params, state = model.init(random.key(0))
+    path = tmp_path / "m.pt2"
+    export(model, params, state, torch.ones(2, 1, 4, 4), path=path)
+    checked = load(path)
+    assert checked.inputs == (InputSpec((None, 1, 4, 4), torch.float32),), checked.inputs
+    x = random.normal(random.key(1), (3, 1, 4, 4))
+    torch.testing.assert_close(checked(x), model.apply(params, state, x)[0],
+                               msg="the checked module runs the program")
+    bad = [
+        (torch.ones(1, 4, 4), "expected 4 dims, got 3 (shape (1, 4, 4))"),
+        (torch.ones(3, 2, 4, 4), "dim 1 must be 1, got 2 (shape (3, 2, 4, 4))"),
+        (torch.ones(3, 1, 4, 5), "dim 3 must be 4, got 5 (shape (3, 1, 4, 5))"),
+        (x.double(), "expected dtype float32, got float64 (convert with x.to(torch.float32))"),
+        ([1.0], "expected a tensor, got list"),
+    ]
+    for value, needle in bad:
+        with pytest.raises(ExportError) as info:
+            checked(value)
+        message = str(info.value)
+        assert message == f"{path}: input 0 (batch, 1, 4, 4) float32: {needle}", message
+    too_many = "expected 1 input(s) [(batch, 1, 4, 4) float32], got 2"
+    with pytest.raises(ExportError, match=re.escape(too_many)):
+        checked(x, x)
+    plain = torch.export.load(str(path)).module()
+    with pytest.raises(RuntimeError, match="Tensor dtype mismatch"):
+        plain(x.double())
+    export(model, params, state, torch.ones(3, 1, 4, 4), dynamic_batch=False, path=path)
+    with pytest.raises(ExportError, match=r"input 0 \(3, 1, 4, 4\) float32: dim 0 must be 3"):
+        load(path)(torch.ones(4, 1, 4, 4))
+
+
+def test_load_of_a_missing_or_foreign_file_is_an_export_error(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="no such exported model file"):
+        load(tmp_path / "missing.pt2")
+    (tmp_path / "junk.pt2").write_bytes(b"not a zip archive")
+    with pytest.raises(ExportError, match="junk.pt2: not a saved torch.export program"):
+        load(tmp_path / "junk.pt2")
+    with pytest.raises(ExportError, match="not a saved torch.export program"):
+        read_metadata(tmp_path / "junk.pt2")
 
 
 @pytest.mark.skipif(onnx_available(), reason="onnx is installed: the real export runs below")

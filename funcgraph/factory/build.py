@@ -35,6 +35,7 @@ from .config import (
     Variables,
     apply_overrides,
     at,
+    check_depth,
     describe,
     error,
     suggest,
@@ -317,7 +318,9 @@ def build(
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"a config must be a mapping at the top, got {describe(config)}")
+    check_depth(config)
     config = apply_overrides(config, overrides or {})
+    check_depth(config)  # an override's value may nest too
     for key in config:
         if key not in TOP_KEYS:
             raise error(str(key), f"unknown top-level key{suggest(str(key), TOP_KEYS)}; "

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .expr import ExprError, evaluate_ref, is_ref
+from .expr import ExprError, deeper, evaluate_ref, is_ref
 
 TOP_KEYS = ("name", "description", "vars", "input_shape", "input_dtype", "layers", "model", "init")
 SUFFIXES = (".json", ".toml", ".yaml", ".yml")
+MAX_CONFIG_DEPTH = 64
 
 
 def at(path: str, key: str | int) -> str:
@@ -50,6 +51,29 @@ def describe(value: Any) -> str:
         return json.dumps(value)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def check_depth(config: Any) -> None:
+    """Refuse a config nesting lists and mappings more than ``MAX_CONFIG_DEPTH`` levels deep.
+
+    Copying, resolving and building walk a config recursively, so a hostile depth would
+    exhaust Python's stack; this walk is iterative, and it also ends on a structure that
+    contains itself. Shipped and example configs nest at most 6 levels.
+
+    Raises:
+        ConfigError: at the path of the first value past the limit.
+    """
+    todo: list[tuple[Any, str, int]] = [(config, "", 1)]
+    while todo:
+        value, where, depth = todo.pop()
+        if not isinstance(value, Mapping | list | tuple):
+            continue
+        if depth > MAX_CONFIG_DEPTH:
+            raise error(where, f"the config nests deeper than {MAX_CONFIG_DEPTH} levels of "
+                               "lists and mappings")
+        items = value.items() if isinstance(value, Mapping) else enumerate(value)
+        todo.extend((v, at(where, k if isinstance(k, int) else str(k)), depth + 1)
+                    for k, v in items)
 
 
 def parse_text(text: str, fmt: str, source: str) -> dict[str, Any]:
@@ -138,10 +162,11 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 
 
 def parse_value(text: str) -> Any:
-    """An override's value: a JSON literal when it parses as one, else the text itself."""
+    """An override's value: a JSON literal when it parses as one, else the text itself (also
+    for brackets nested too deeply for the JSON parser)."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return text
 
 
@@ -230,22 +255,28 @@ class Variables:
         return value
 
     def resolve(self, value: Any, path: str, extra: Mapping[str, Any] | None = None) -> Any:
-        """``value`` with every reference inside it evaluated (``extra`` names shadow vars)."""
-        if is_ref(value):
-            env = dict(extra or {})
+        """``value`` with every reference inside it evaluated (``extra`` names shadow vars).
 
-            def lookup(name: str) -> Any:
-                return env[name] if name in env else self[name]
+        Each list, mapping and reference is one level of the expression evaluator's nesting
+        limit (:func:`~funcgraph.factory.expr.deeper`), so variables whose values nest
+        references inside lists cannot exhaust the stack either.
+        """
+        try:
+            with deeper():
+                if is_ref(value):
+                    env = dict(extra or {})
 
-            try:
-                return evaluate_ref(value, lookup, lambda: [*env, *self.raw])
-            except ExprError as e:
-                raise error(path, str(e)) from None
-        if isinstance(value, list):
-            return [self.resolve(v, at(path, i), extra) for i, v in enumerate(value)]
-        if isinstance(value, dict):
-            return {k: self.resolve(v, at(path, k), extra) for k, v in value.items()}
-        return value
+                    def lookup(name: str) -> Any:
+                        return env[name] if name in env else self[name]
+
+                    return evaluate_ref(value, lookup, lambda: [*env, *self.raw])
+                if isinstance(value, list):
+                    return [self.resolve(v, at(path, i), extra) for i, v in enumerate(value)]
+                if isinstance(value, dict):
+                    return {k: self.resolve(v, at(path, k), extra) for k, v in value.items()}
+                return value
+        except ExprError as e:
+            raise error(path, str(e)) from None
 
     def all(self) -> dict[str, Any]:
         """Every variable resolved (raises on the first unknown name or cycle)."""
@@ -253,10 +284,12 @@ class Variables:
 
 
 __all__ = [
+    "MAX_CONFIG_DEPTH",
     "TOP_KEYS",
     "Variables",
     "apply_overrides",
     "at",
+    "check_depth",
     "describe",
     "error",
     "load_config",
