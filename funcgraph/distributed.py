@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import random
-from .errors import DistributedError
+from .errors import ConfigError, DistributedError
 from .params import Params
 from .random import Key
 
@@ -56,6 +56,25 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def available_backends() -> list[str]:
+    """The ``torch.distributed`` backends this torch build has (``gloo`` on CPU builds)."""
+    if not dist.is_available():
+        return []
+    checks = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available,
+              "mpi": dist.is_mpi_available}
+    return [name for name, available in checks.items() if available()]
+
+
+def check_backend(backend: str) -> None:
+    """Refuse a backend this torch build lacks, before any process is started."""
+    if backend == "auto":
+        return
+    have = available_backends()
+    if backend not in have:
+        raise ConfigError(f"--backend {backend}: not available in this torch build "
+                          f"(available: {', '.join(have) or 'none'}; or auto)")
+
+
 def init(
     backend: str = "auto", *, timeout_s: float = 120.0, device: torch.device | None = None
 ) -> DistEnv:
@@ -71,8 +90,7 @@ def init(
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     if backend == "auto":
         backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
-    if backend not in ("gloo", "nccl", "mpi"):
-        raise DistributedError(f"distributed: backend must be gloo, nccl or mpi, got {backend!r}")
+    check_backend(backend)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_world, 1)))
     if not dist.is_initialized():
         try:

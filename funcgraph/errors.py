@@ -49,7 +49,7 @@ class DeviceError(FuncgraphError, ValueError):
 
 
 class ExportError(FuncgraphError, RuntimeError):
-    """A model could not be exported."""
+    """A model could not be exported, or an exported artifact got an input it cannot take."""
 
 
 class DistributedError(FuncgraphError, RuntimeError):

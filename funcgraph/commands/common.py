@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -35,6 +36,10 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(USER_ERROR_EXIT)
 
 
+MAX_INPUT_ELEMENTS = 2**27
+"""The largest example input ``--input-shape`` may ask for (512 MiB of float32)."""
+
+
 def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
     """``"1,1,28,28"`` (or ``1x1x28x28``) -> ``(1, 1, 28, 28)``; :class:`ConfigError` for
     anything but positive ints."""
@@ -44,14 +49,20 @@ def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
         shape = ()
     if not shape or any(d < 1 for d in shape):
         raise ConfigError(f"{option}: expected positive ints like 1,1,28,28, got {text!r}")
+    if math.prod(shape) > MAX_INPUT_ELEMENTS:
+        raise ConfigError(f"{option} {text}: {math.prod(shape):,} elements, more than the "
+                          f"{MAX_INPUT_ELEMENTS:,} an example input may have")
     return shape
 
 
 def user_errors(fn: F) -> F:
     """Turn a :class:`FuncgraphError` raised by a command into one line and exit code 2.
 
-    Anything else is a bug in funcgraph and keeps its traceback. Ctrl-C exits 130 quietly
-    (commands that train save a checkpoint before re-raising it).
+    An :class:`OSError` that reaches a command (a path too long, a disk full, a permission
+    refused) is about a file the user named or the machine: it is printed the same way, with
+    the path and the system's reason. Anything else is a bug in funcgraph and keeps its
+    traceback. Ctrl-C exits 130 quietly (commands that train save a checkpoint before
+    re-raising it).
     """
 
     @functools.wraps(fn)
@@ -60,6 +71,9 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except FuncgraphError as e:
             raise fail(str(e)) from None
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            raise fail(f"{where}{e.strerror or e}") from None
         except KeyboardInterrupt:
             err_console.print("interrupted", highlight=False)
             sys.exit(130)
@@ -68,13 +82,14 @@ def user_errors(fn: F) -> F:
 
 
 NprocOption = Annotated[int, typer.Option(
-    min=1, help="Data-parallel processes on this machine (spawned with torchrun); each takes "
+    min=1, max=256,
+    help="Data-parallel processes on this machine (spawned with torchrun); each takes "
                 "its slice of every batch.")]
 BackendOption = Annotated[str, typer.Option(
     help="torch.distributed backend under torchrun or --nproc: auto (nccl on CUDA, else "
          "gloo), gloo, nccl.")]
 DistTimeoutOption = Annotated[float, typer.Option(
-    min=1.0, help="Seconds a rank waits for the others before the job fails.")]
+    min=1.0, max=86400.0, help="Seconds a rank waits for the others before the job fails.")]
 
 
 def distributed_env(
@@ -90,6 +105,7 @@ def distributed_env(
     from .. import distributed
     from ..placement import resolve_device
 
+    distributed.check_backend(backend)
     if out is None and (nproc > 1 or distributed.launched_by_torchrun()):
         raise typer.BadParameter("a distributed run needs --out RUN_DIR shared by all ranks",
                                  param_hint="--out")
@@ -99,8 +115,35 @@ def distributed_env(
     return distributed.init(backend, timeout_s=timeout_s, device=resolve_device(device))
 
 
+ThreadsOption = Annotated[int, typer.Option(
+    min=0, max=4096,
+    help="CPU threads for torch (0: torch's default, one per core). Each command's default "
+         "is the faster one measured on a 2-core machine (docs/cli.md).")]
+
+
+def use_threads(threads: int) -> None:
+    """Apply ``--threads`` (0 keeps torch's default)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 DeviceOption = Annotated[
     str,
     typer.Option(help="Device: auto (CUDA, then MPS, else CPU), cpu, cuda, cuda:N or mps."),
 ]
-SeedOption = Annotated[int, typer.Option(min=0, help="Seed of the run's root key.")]
+SeedOption = Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Seed of the run's root key.")]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", help="Check everything (options, data, model, one step, memory), print the "
+                      "resolved config, and write nothing.")]
+
+
+def show_plan(config: dict[str, Any], lines: list[str]) -> None:
+    """Print a ``--dry-run``'s resolved config (JSON) and its summary lines."""
+    import json
+
+    console.print(json.dumps(config, indent=2, sort_keys=True), highlight=False, markup=False,
+                  soft_wrap=True)
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DeviceOption, console, user_errors
+from .common import DeviceOption, ThreadsOption, console, use_threads, user_errors
 
 
 @user_errors
@@ -15,26 +15,24 @@ def evaluate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by meta-train.")],
     tasks: Annotated[str | None, typer.Option(
         help="Task spec to evaluate on (default: the run's), e.g. 5way1shot15query.")] = None,
-    episodes: Annotated[int, typer.Option(min=1, help="Held-out tasks to average over.")] = 600,
+    episodes: Annotated[int, typer.Option(
+        min=1, max=100_000, help="Held-out tasks to average over.")] = 600,
     inner_steps_eval: Annotated[int | None, typer.Option(
-        min=0, help="Inner steps on each support set (default: the run's).")] = None,
+        min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
-    threads: Annotated[int, typer.Option(
-        min=0, help="CPU threads for torch (0: torch's default); 1 as in meta-train.")] = 1,
+    threads: ThreadsOption = 1,
     seed: Annotated[int | None, typer.Option(
-        min=0, help="Seed of the test tasks (default: the run's).")] = None,
+        min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's).")] = None,
 ) -> None:
     """Adapt on each held-out task's support set and report query accuracy +- 95% CI.
 
     Example: funcgraph evaluate runs/maml-glyphs-5way1shot-20260101-120000 --episodes 600
     """
-    import torch
 
     from ..runs import evaluate_run
 
-    if threads:
-        torch.set_num_threads(threads)
+    use_threads(threads)
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")

@@ -42,12 +42,14 @@ def graph(
         help="Input shape with batch dim, e.g. 1,1,28,28 (default: the config's).")] = None,
     fmt: Annotated[GraphFormat, typer.Option("--format", "-f", help="Output format.")] =
         GraphFormat.text,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of params, input and model key.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**31 - 1,
+                                             help="Seed of params, input and model key.")] = 0,
     train: Annotated[bool, typer.Option(
         "--train/--eval", help="Train mode: stochastic depth and dropout draw from the key.")]
         = False,
     depth: Annotated[int, typer.Option(
-        min=0, help="Collapse blocks deeper than this many name levels (0: every op).")] = 0,
+        min=0, max=100,
+        help="Collapse blocks deeper than this many name levels (0: every op).")] = 0,
     overrides: Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="Model override KEY=VALUE (repeatable).")] = None,
     device: DeviceOption = "auto",
@@ -63,8 +65,9 @@ def graph(
     from .. import params as P
     from .. import random
     from ..debug import capture, render
-    from ..errors import ShapeError
+    from ..errors import ConfigError, ShapeError
     from ..factory import parse_overrides
+    from ..files import atomic_write
     from ..placement import resolve_device
     from ..runs import resolve_model
 
@@ -86,8 +89,11 @@ def graph(
     if out is None:
         console.print(text, highlight=False, markup=False, soft_wrap=True)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+        try:
+            atomic_write(out, (text + "\n").encode())
+        except OSError as e:
+            raise ConfigError(f"--out {out}: cannot write the graph ({e.strerror or e})"
+                              ) from None
         console.print(f"wrote {fmt.value} graph of {len(g)} nodes to {out}", highlight=False)
 
 

@@ -12,10 +12,14 @@ from .common import (
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
+    DryRunOption,
     NprocOption,
     SeedOption,
+    ThreadsOption,
     console,
     distributed_env,
+    show_plan,
+    use_threads,
     user_errors,
 )
 
@@ -55,12 +59,14 @@ def meta_train(
     ] = Dataset.glyphs,
     data_root: Annotated[Path | None, typer.Option(
         help="Omniglot folder holding images_background/ and images_evaluation/.")] = None,
-    meta_batch: Annotated[int | None, typer.Option(min=1, help="Tasks per meta-step.")] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Meta-steps (default 500).")] = None,
+    meta_batch: Annotated[int | None, typer.Option(min=1, max=100_000,
+                                                              help="Tasks per meta-step.")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, max=10**7,
+                                                         help="Meta-steps (default 500).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
-        min=0, help="Inner SGD steps in meta-training.")] = None,
+        min=0, max=1000, help="Inner SGD steps in meta-training.")] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(
-        min=0, help="Inner SGD steps at validation and test.")] = None,
+        min=0, max=1000, help="Inner SGD steps at validation and test.")] = None,
     inner_lr: Annotated[float | None, typer.Option(help="Inner learning rate.")] = None,
     meta_lr: Annotated[float | None, typer.Option(help="Adam learning rate of the meta-step.")
                        ] = None,
@@ -71,7 +77,8 @@ def meta_train(
                         "recompute its graph in the backward pass (same meta-gradient; peak "
                         "memory of one inner step). MAML, Meta-SGD, ANIL.")] = False,
     train_queries: Annotated[int | None, typer.Option(
-        min=1, help="Query examples per class in meta-training (default 1 for MAML).")] = None,
+        min=1, max=1000,
+        help="Query examples per class in meta-training (default 1 for MAML).")] = None,
     rotate: Annotated[bool, typer.Option(
         "--rotate", help="Add 90/180/270-degree rotated classes to training (MAML protocol).")
     ] = False,
@@ -80,16 +87,15 @@ def meta_train(
              "vmapped; auto = the measured default for the device and task size, measure = "
              "time each on the first batch.")] = StrategyChoice.auto,
     validate_every: Annotated[int | None, typer.Option(
-        min=0, help="Validate every N steps (0: never).")] = None,
+        min=0, max=10**7, help="Validate every N steps (0: never).")] = None,
     val_episodes: Annotated[int | None, typer.Option(
-        min=1, help="Validation tasks per validation (default 200).")] = None,
-    episodes: Annotated[int, typer.Option(min=1, help="Held-out test tasks at the end.")] = 600,
+        min=1, max=100_000, help="Validation tasks per validation (default 200).")] = None,
+    episodes: Annotated[int, typer.Option(min=1, max=100_000,
+                                                 help="Held-out test tasks at the end.")] = 600,
     device: DeviceOption = "auto",
-    threads: Annotated[int, typer.Option(
-        min=0, help="CPU threads for torch (0: torch's default, one per core). Default 1: "
-                    "measured 3.8x faster than 2 threads on a 2-core machine with one other "
-                    "job (small per-task ops pay OpenMP's fork/join and spin-waits).")] = 1,
+    threads: ThreadsOption = 1,
     seed: SeedOption = 0,
+    dry_run: DryRunOption = False,
     out: Annotated[Path | None, typer.Option(
         help="Run directory (default runs/<algo>-<dataset>-<tasks>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
@@ -110,22 +116,19 @@ def meta_train(
     import time
     from dataclasses import replace
 
-    import torch
-
     from .. import distributed
     from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
+    from ..placement import resolve_device
     from ..runs import default_config, meta_train, task_sources
-    from ..runs.meta_train import model_config
+    from ..runs.meta_train import model_config, plan_meta_train
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
-    if threads:
-        torch.set_num_threads(threads)
+    use_threads(threads)
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
     cfg = default_config(
         algo.value, dataset.value, tasks=tasks,
         data_root=str(data_root) if data_root is not None else None,
@@ -137,10 +140,21 @@ def meta_train(
         test_episodes=episodes,
         seed=seed,
     )
+    overrides = parse_overrides(set_ or [])
+    if dry_run:
+        sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
+                               data_root=cfg.data_root, rotate=cfg.rotate)
+        cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
+                                              overrides=overrides))
+        plan = plan_meta_train(cfg, sources, resolve_device(device))
+        show_plan(plan.cfg.to_json(), [f"parameters: {plan.parameters:,}",
+                                       f"memory: {plan.memory}", "dry run: nothing written"])
+        return
+    env = distributed_env(nproc, backend, dist_timeout, device, out)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
                            data_root=cfg.data_root, rotate=cfg.rotate)
     cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
-                                          overrides=parse_overrides(set_ or [])))
+                                          overrides=overrides))
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"

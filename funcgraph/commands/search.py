@@ -12,10 +12,14 @@ from .common import (
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
+    DryRunOption,
     NprocOption,
     SeedOption,
+    ThreadsOption,
     console,
     distributed_env,
+    show_plan,
+    use_threads,
     user_errors,
 )
 
@@ -32,9 +36,11 @@ class Hypergradient(StrEnum):
 
 @user_errors
 def search(
-    epochs: Annotated[int, typer.Option(min=1, help="Search epochs over the train half.")] = 10,
+    epochs: Annotated[int, typer.Option(min=1, max=10_000,
+                                                 help="Search epochs over the train half.")] = 10,
     steps: Annotated[int | None, typer.Option(
-        min=1, help="Total steps (overrides --epochs; an epoch is a pass over the train half).")
+        min=1, max=10**7,
+        help="Total steps (overrides --epochs; an epoch is a pass over the train half).")
     ] = None,
     order: Annotated[Order, typer.Option(
         help="Architecture gradient: first (current weights) or second (through one unrolled "
@@ -43,23 +49,26 @@ def search(
         help="Second order only: exact (torch.func vjp) or the paper's finite difference.")
     ] = Hypergradient.exact,
     partial_channels: Annotated[int, typer.Option(
-        min=1, help="PC-DARTS: send 1/k of the channels through the mixed ops (k=4 in the "
+        min=1, max=64, help="PC-DARTS: send 1/k of the channels through the mixed ops (k=4 in the "
                     "paper; 1 = plain DARTS).")] = 1,
     skip_cap: Annotated[int | None, typer.Option(
-        min=0, help="At most this many skip connections per derived cell (P-DARTS uses 2).")
+        min=0, max=8, help="At most this many skip connections per derived cell (P-DARTS uses 2).")
     ] = None,
     stop_skips: Annotated[int, typer.Option(
-        min=0, help="Collapse guard: stop when the normal cell derives this many skip "
+        min=0, max=8, help="Collapse guard: stop when the normal cell derives this many skip "
                     "connections (DARTS+ uses 2; 0 disables).")] = 4,
-    channels: Annotated[int, typer.Option("-C", "--channels", min=2,
+    channels: Annotated[int, typer.Option("-C", "--channels", min=2, max=512,
                                           help="Initial cell width C.")] = 8,
-    layers: Annotated[int, typer.Option(min=3, help="Cells in the supernet.")] = 5,
-    batch_size: Annotated[int, typer.Option(min=1, help="Images per batch.")] = 32,
-    classes: Annotated[int, typer.Option(min=2, help="Glyph characters to classify.")] = 20,
+    layers: Annotated[int, typer.Option(min=3, max=64, help="Cells in the supernet.")] = 5,
+    batch_size: Annotated[int, typer.Option(min=1, max=4096, help="Images per batch.")] = 32,
+    classes: Annotated[int, typer.Option(min=2, max=10_000,
+                                                 help="Glyph characters to classify.")] = 20,
     image_size: Annotated[int, typer.Option(
-        min=8, help="Glyph resolution (a multiple of 4).")] = 16,
+        min=8, max=64, help="Glyph resolution (a multiple of 4).")] = 16,
     device: DeviceOption = "auto",
     seed: SeedOption = 0,
+    threads: ThreadsOption = 1,
+    dry_run: DryRunOption = False,
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/search"),
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
@@ -74,14 +83,16 @@ def search(
 
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
-    from .. import distributed
+    from .. import distributed, random
     from ..allocator import keep_freed_memory
     from ..errors import ConfigError
     from ..nas import BilevelConfig, SearchConfig
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
+    from ..runs.search import plan_search
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
+    use_threads(threads)
 
     if image_size % 4:
         raise ConfigError(f"--image-size must be a multiple of 4 (two reduction cells), "
@@ -89,14 +100,22 @@ def search(
     if channels % partial_channels or (channels // partial_channels) % 2:
         raise ConfigError(f"--partial-channels {partial_channels} must divide -C {channels} "
                           "into an even width (the strided skip op halves it)")
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
-    dev = resolve_device(device)
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
     cfg = SearchConfig(C=channels, layers=layers, epochs=epochs, steps=steps,
                        batch_size=batch_size, partial_channels=partial_channels,
                        skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
                        bilevel=bilevel)
     data = glyph_halves(num_classes=classes, image_size=image_size)
+    if dry_run:
+        plan = plan_search(data, cfg)
+        params, _ = plan.model.init(random.key(seed))
+        show_plan(plan.config, [f"parameters: {sum(p.numel() for p in params.values()):,} "
+                                "(supernet, architecture included)",
+                                f"steps: {plan.total} ({plan.per_epoch} per epoch)",
+                                "dry run: nothing written"])
+        return
+    env = distributed_env(nproc, backend, dist_timeout, device, out)
+    dev = resolve_device(device)
     if env.is_main:
         console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "

@@ -13,10 +13,14 @@ from .common import (
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
+    DryRunOption,
     NprocOption,
     SeedOption,
+    ThreadsOption,
     console,
     distributed_env,
+    show_plan,
+    use_threads,
     user_errors,
 )
 
@@ -31,16 +35,20 @@ def train(
         help="Train the discrete DARTS network of this genotype.json on glyphs "
              "(funcgraph.nas.network_from_genotype; --set C=16 --set layers=8).")] = None,
     steps: Annotated[int | None, typer.Option(
-        min=1, help="Training steps (default per model: resnet-sd 300, early-exit 400, "
+        min=1, max=10**7, help="Training steps (default per model: resnet-sd 300, early-exit 400, "
                     "rnn 600).")] = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="Examples per step.")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, max=100_000,
+                                                              help="Examples per step.")] = None,
     lr: Annotated[float | None, typer.Option(
         min=0.0, help="Adam learning rate (cosine-annealed to 0).")] = None,
     validate_every: Annotated[int | None, typer.Option(
-        min=0, help="Validate every N steps (default: 4 times per run; 0: only at the end).")
+        min=0, max=10**7,
+        help="Validate every N steps (default: 4 times per run; 0: only at the end).")
     ] = None,
     device: DeviceOption = "auto",
     seed: SeedOption = 0,
+    threads: ThreadsOption = 0,
+    dry_run: DryRunOption = False,
     out: Annotated[Path | None, typer.Option(
         help="Run directory (default runs/train-<model>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
@@ -59,19 +67,27 @@ def train(
     from .. import distributed
     from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
+    from ..placement import resolve_device
     from ..runs import fit, train_config
+    from ..runs.train import plan_fit
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
+    use_threads(threads)
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
     if genotype is not None and not genotype.is_file():
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
                        lr=lr, seed=seed, validate_every=validate_every)
+    if dry_run:
+        plan = plan_fit(cfg, resolve_device(device))
+        show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",
+                                  f"memory: {plan.memory}", "dry run: nothing written"])
+        return
+    env = distributed_env(nproc, backend, dist_timeout, device, out)
     if out is None:
         label = "genotype" if genotype else Path(model).stem
         out = Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -20,6 +20,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 from torch import Tensor
 
+from ..errors import DataError
 from ..files import atomic_write
 
 
@@ -46,7 +47,11 @@ def save_cached(
         "class_names": json.dumps(class_names),
         "sha256": _digest(pixels),
     }
-    atomic_write(path, save({"images": pixels}, metadata=header))
+    try:
+        atomic_write(path, save({"images": pixels}, metadata=header))
+    except OSError as e:
+        raise DataError(f"cannot write the dataset cache {path} ({e.strerror or e}); set "
+                        "FUNCGRAPH_CACHE to a writable directory") from None
 
 
 def load_cached(path: Path, meta: Mapping[str, str]) -> tuple[Tensor, list[str]] | None:

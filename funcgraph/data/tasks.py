@@ -25,6 +25,10 @@ DEFAULT_QUERIES = 15
 """Query examples per class when a spec names none: the MAML/prototypical-network evaluation
 protocol (and with 5 shots, 5 + 15 = Omniglot's 20 drawings)."""
 
+MAX_COUNT = 1_000_000
+"""The largest way, shot or query count a spec may name: beyond any data set, and small
+enough that a typo like ``99999999999999999999way1shot`` is refused before it sizes a tensor."""
+
 _SPEC = re.compile(r"(\d+)way(\d+)shot(?:(\d+)query)?")
 _FORM = "'<N>way<K>shot' or '<N>way<K>shot<Q>query', e.g. '5way1shot' or '20way5shot15query'"
 
@@ -44,14 +48,16 @@ class TaskSpec:
     queries: int = DEFAULT_QUERIES
 
     def __post_init__(self) -> None:
-        for name, value, least in (("ways", self.ways, 2), ("shots", self.shots, 1)):
+        for name, value, least in (("ways", self.ways, 2), ("shots", self.shots, 1),
+                                   ("queries", self.queries, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 hint = " (1-way tasks have nothing to classify)" if name == "ways" else ""
                 raise TaskSpecError(
                     f"TaskSpec: {name} must be an int >= {least}{hint}, got {value!r}"
                 )
-        if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 1:
-            raise TaskSpecError(f"TaskSpec: queries must be an int >= 1, got {self.queries!r}")
+            if value > MAX_COUNT:
+                raise TaskSpecError(f"TaskSpec: {name} must be at most {MAX_COUNT:,} (no data "
+                                    f"set has more), got {value:,}")
 
     @classmethod
     def parse(cls, text: str) -> TaskSpec:
@@ -88,7 +94,9 @@ class TaskBatch:
     classes: Tensor
 
 
-def _check_fits(ds: ClassDataset, spec: TaskSpec) -> None:
+def check_fits(ds: ClassDataset, spec: TaskSpec) -> None:
+    """Refuse ``spec`` on ``ds`` when it has too few classes or examples per class: checked
+    before a run builds its model, so an impossible spec costs nothing."""
     if spec.ways > ds.num_classes:
         raise TaskSpecError(
             f"task spec {spec}: {spec.ways}-way tasks need {spec.ways} classes, "
@@ -133,7 +141,7 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
         TaskSpecError: ``ds`` has fewer classes than ``spec.ways`` or fewer examples per class
             than ``spec.shots + spec.queries``.
     """
-    _check_fits(ds, spec)
+    check_fits(ds, spec)
     if num_tasks < 1:
         raise TaskSpecError(f"sample_tasks: num_tasks must be >= 1, got {num_tasks}")
     T, N, K, Q = num_tasks, spec.ways, spec.shots, spec.queries
@@ -170,7 +178,7 @@ def nearest_neighbour_accuracy(
     Each query takes the label of the support image nearest in Euclidean distance over raw
     pixels. Episodes come from ``fold_in(key, i)`` chunk by chunk, so memory stays small.
     """
-    _check_fits(ds, spec)
+    check_fits(ds, spec)
     accs = []
     for i, start in enumerate(range(0, episodes, chunk)):
         b = sample_tasks(random.fold_in(key, i), ds, spec, min(chunk, episodes - start))

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import distributed, random
 from ..errors import CheckpointError, ConfigError
 from ..meta import (
@@ -40,6 +42,8 @@ from ..params import Params
 from ..placement import resolve_device
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, run_loop
+from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory, fmt_bytes
+from .options import check_count, check_rate
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
 from .task_sources import TaskSources, task_sources
@@ -86,14 +90,35 @@ class MetaTrainConfig:
         if self.strategy not in CHOICES:
             raise ConfigError(f"--strategy must be one of {CHOICES}, got {self.strategy!r}")
         for name in ("meta_batch", "steps", "test_episodes", "val_episodes", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, "
-                                  f"got {getattr(self, name)}")
-        if self.inner_steps < 0 or self.inner_steps_eval < 0:
-            raise ConfigError("--inner-steps and --inner-steps-eval must be >= 0")
+            check_count(name, getattr(self, name), 1)
+        for name in ("inner_steps", "inner_steps_eval", "validate_every"):
+            check_count(name, getattr(self, name), 0)
+        if self.train_queries is not None:
+            check_count("train_queries", self.train_queries, 1)
+        for name in ("inner_lr", "meta_lr"):
+            check_rate(name, getattr(self, name))
+        self._check_combination()
+
+    def _check_combination(self) -> None:
+        """Refuse options that contradict each other instead of ignoring one of them."""
         if self.remat and self.algo in ("reptile", "protonet"):
             raise ConfigError(f"--remat applies to the MAML family (maml, fomaml, metasgd, "
                               f"anil); {self.algo} keeps no second-order graph")
+        if self.remat and (self.first_order or self.algo == "fomaml"):
+            raise ConfigError("--remat saves memory of the second-order gradient; first-order "
+                              "MAML keeps no second-order graph (drop one of the two)")
+        if self.first_order and self.algo in ("reptile", "protonet"):
+            raise ConfigError(f"--first-order applies to the MAML family; {self.algo} has no "
+                              "second-order term to drop")
+        if self.dataset == "sinusoid":
+            if "way" in self.tasks.lower():
+                raise ConfigError(f"--tasks {self.tasks}: sinusoid tasks are regression and "
+                                  "have no ways; use '<K>shot', e.g. --tasks 10shot")
+            if self.rotate:
+                raise ConfigError("--rotate adds rotated image classes; sinusoid has none")
+        if self.data_root is not None and self.dataset != "omniglot":
+            raise ConfigError(f"--data-root is read by --dataset omniglot only; "
+                              f"{self.dataset} is generated")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -205,19 +230,62 @@ def init_params(cfg: MetaTrainConfig, learner: MetaLearner) -> Params:
     return learner.init(params)
 
 
-def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> None:
-    """Adapt and score one validation task, so a model that does not fit the tasks (channels,
-    image size, head width) is a one-line :class:`ConfigError` before anything is written."""
-    task = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
-    probe(lambda: learner.task_eval(params, task),
-          f"model: cannot run on {sources.ways}-way tasks with support set "
-          f"{tuple(task.support_x.shape)}")
+def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> int:
+    """Take one training task's meta-gradient and score one validation task, so a model that
+    does not fit the tasks (channels, image size, head width) is a one-line
+    :class:`ConfigError` before anything is written. Returns the bytes the meta-gradient
+    allocated (:func:`~funcgraph.runs.memory.allocated_bytes`)."""
+    keys = random.split(random.key(0), 1)
+    train = sources.train(random.key(0), 1).with_keys(keys).pick(0)
+    val = sources.val(random.key(0), 1).with_keys(keys).pick(0)
+    what = (f"model: cannot run on {sources.ways}-way tasks with support set "
+            f"{tuple(train.support_x.shape)}")
+    _, per_task = probe(lambda: allocated_bytes(lambda: learner.task_grad(params, train)), what)
+    probe(lambda: learner.task_eval(params, val), what)
+    return per_task
 
 
 def task_size(sample: TaskSampler) -> int:
     """Examples (support + query) in one task from ``sample``: what the strategy depends on."""
     task = sample(random.key(0), 1)
     return int(task.support_x.shape[1] + task.query_x.shape[1])
+
+
+@dataclass(frozen=True)
+class MetaTrainPlan:
+    """A validated meta-training run, before anything is written: what ``--dry-run`` shows."""
+
+    cfg: MetaTrainConfig
+    learner: MetaLearner
+    params: Params
+    memory: MemoryEstimate
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+
+def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources,
+                    device: torch.device) -> MetaTrainPlan:
+    """Resolve the model, build the learner and its meta-parameters, run one task through
+    them (:func:`check_fit`) and refuse a meta-batch the device's free memory cannot hold."""
+    if not cfg.model:
+        cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
+    learner = build_learner(cfg, sources)
+    params = init_params(cfg, learner)
+    per_task = check_fit(learner, params, sources)
+    # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
+    strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
+        cfg.strategy, device, examples_per_task=task_size(sources.train))
+    live = cfg.meta_batch if strategy == "vmap" else (
+        torch.get_num_threads() if strategy == "threads" else 1)
+    state_bytes = 4 * sum(p.numel() * p.element_size() for p in params.values())
+    memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
+                            available_bytes(device),
+                            f"{min(live, cfg.meta_batch)} task graph(s) of "
+                            f"{fmt_bytes(per_task)} at once ({strategy}), params and Adam state")
+    check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
+    return MetaTrainPlan(cfg, learner, params, memory)
 
 
 @dataclass(frozen=True)
@@ -260,11 +328,8 @@ def meta_train(
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
                                       data_root=cfg.data_root, rotate=cfg.rotate)
-    if not cfg.model:
-        cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    learner = build_learner(cfg, sources)
-    params = init_params(cfg, learner)
-    check_fit(learner, params, sources)
+    plan = plan_meta_train(cfg, sources, dev)
+    cfg, learner, params = plan.cfg, plan.learner, plan.params
     keys = RunKeys.of(cfg.seed)
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     try:
@@ -351,6 +416,7 @@ __all__ = [
     "ALGO_DEFAULTS",
     "DATASET_DEFAULTS",
     "MetaTrainConfig",
+    "MetaTrainPlan",
     "MetaTrainResult",
     "RunKeys",
     "build_learner",
@@ -360,5 +426,6 @@ __all__ = [
     "init_params",
     "meta_train",
     "model_config",
+    "plan_meta_train",
     "task_size",
 ]

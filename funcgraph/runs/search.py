@@ -25,7 +25,9 @@ from torch import Tensor
 from .. import distributed, random
 from ..errors import ConfigError
 from ..files import atomic_write
+from ..model import Model
 from ..nas import (
+    BatchFn,
     Genotype,
     SearchConfig,
     SearchData,
@@ -121,6 +123,30 @@ def _read_history(path: Path, upto_step: int) -> list[dict[str, Any]]:
     return records
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """A validated search, before anything is written: what ``--dry-run`` shows."""
+
+    model: Model
+    per_epoch: int
+    batch: BatchFn
+    total: int
+    config: dict[str, Any]
+
+
+def plan_search(data: SearchData, cfg: SearchConfig,
+                extra_config: Mapping[str, Any] | None = None) -> SearchPlan:
+    """The supernet, the epoch batches, the step budget and the run's config for ``cfg``."""
+    model = build_search_model(cfg, data)
+    per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
+    total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
+    if total < 1:
+        raise ConfigError(f"search: need at least one step, got steps={total}")
+    config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
+              "steps": total}
+    return SearchPlan(model, per_epoch, batch, total, config)
+
+
 def run_search(
     out: str | Path,
     data: SearchData,
@@ -143,13 +169,9 @@ def run_search(
         raise ConfigError("search: --order second runs in one process (the unrolled step "
                           "needs the whole batch); use --order first with --nproc")
     started = time.perf_counter()
-    model = build_search_model(cfg, data)
-    per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
-    total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
-    if total < 1:
-        raise ConfigError(f"search: need at least one step, got steps={total}")
-    config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
-              "steps": total}
+    plan = plan_search(data, cfg, extra_config)
+    model, per_epoch, batch, total, config = (plan.model, plan.per_epoch, plan.batch,
+                                               plan.total, plan.config)
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env)
     try:
         data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
@@ -240,7 +262,9 @@ __all__ = [
     "HEATMAP_FILE",
     "HISTORY_FILE",
     "SUMMARY_FILE",
+    "SearchPlan",
     "SearchResult",
     "glyph_halves",
+    "plan_search",
     "run_search",
 ]

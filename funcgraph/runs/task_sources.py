@@ -40,11 +40,14 @@ def _classification(
     datasets: Mapping[str, Any], spec: str, train_queries: int | None, rotate: bool
 ) -> TaskSources:
     from ..data.datasets import rotate_classes
-    from ..data.tasks import TaskSpec, sample_tasks
+    from ..data.tasks import TaskSpec, check_fits, sample_tasks
 
     eval_spec = TaskSpec.parse(spec)
     train_spec = TaskSpec(eval_spec.ways, eval_spec.shots, train_queries or eval_spec.queries)
     train_ds = rotate_classes(datasets["train"]) if rotate else datasets["train"]
+    for ds, task_spec in ((train_ds, train_spec), (datasets["val"], eval_spec),
+                          (datasets["test"], eval_spec)):
+        check_fits(ds, task_spec)  # every split, before a model is sized for the spec
 
     def sampler(ds: Any, task_spec: Any) -> TaskSampler:
         return lambda key, n: Task.of(sample_tasks(key, ds, task_spec, n))

@@ -20,6 +20,7 @@ from torch import Tensor
 from .. import distributed, random
 from ..errors import ConfigError
 from ..factory.config import parse_value
+from ..model import Model
 from ..params import Params, State, to
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
@@ -36,6 +37,8 @@ from ..train.supervised import (
     take_rows,
     train_step,
 )
+from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory
+from .options import check_count, check_rate
 from .probe import probe
 from .resolve import resolve_model, with_overrides
 
@@ -82,6 +85,13 @@ class TrainConfig:
     seed: int = 0
     validate_every: int = 100
     checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "checkpoint_every"):
+            check_count(name, getattr(self, name), 1)
+        check_count("validate_every", self.validate_every, 0)
+        check_count("seed", self.seed, 0)
+        check_rate("lr", self.lr)
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "train", **asdict(self)}
@@ -135,11 +145,11 @@ def train_config(
                         else data["num_classes"])
         if data_name == "sequences":
             spec.setdefault("vocab_size", int(data["base"]) + 1)
-    total = steps or int(base.get("steps", 300))
+    total = steps if steps is not None else int(base.get("steps", 300))
     return TrainConfig(
         model=spec, data=data, loss=str(base.get("loss", "classification")), steps=total,
-        batch_size=batch_size or int(base.get("batch_size", 32)),
-        lr=lr or float(base.get("lr", 2e-3)), seed=seed,
+        batch_size=batch_size if batch_size is not None else int(base.get("batch_size", 32)),
+        lr=lr if lr is not None else float(base.get("lr", 2e-3)), seed=seed,
         validate_every=validate_every if validate_every is not None else max(total // 4, 1),
         checkpoint_every=max(total // 10, 1),
     )
@@ -185,6 +195,52 @@ def _loss_fn(name: str) -> OutputLoss:
 
 
 @dataclass(frozen=True)
+class TrainPlan:
+    """A validated supervised run, before anything is written: what ``--dry-run`` shows."""
+
+    model: Model
+    params: Params
+    state: State
+    sample: Sampler
+    val: Batch
+    loss_fn: OutputLoss
+    train_key: Key
+    memory: MemoryEstimate
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+
+def plan_fit(cfg: TrainConfig, device: torch.device) -> TrainPlan:
+    """Resolve the model, load the data, run the model on two validation examples (it must
+    output one logit per class) and refuse a batch the free memory cannot hold."""
+    model = resolve_model(cfg.model)
+    loss_fn = _loss_fn(cfg.loss)
+    k_init, k_train, k_val = random.split(random.key(cfg.seed, device=device), 3)
+    sample, val, num_classes = load_data(cfg.data, k_val)
+    params, state = model.init(k_init)
+    params, state = to(params, device), to(state, device)
+    x = batch_slice(val, 2)[0]
+    shape = tuple(x.shape) if isinstance(x, Tensor) else "(tokens, mask)"
+    (y, _), forward = probe(lambda: allocated_bytes(lambda: model.apply(params, state, x)),
+                            f"model {model.name}: cannot run on the {cfg.data['name']} inputs "
+                            f"{shape}")
+    outputs = logits_of(y).shape[-1]
+    if outputs != num_classes:
+        raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
+                          "set the model's number of classes (e.g. --set num_classes=...)")
+    per_example = forward / max(int(logits_of(y).shape[0]), 1)
+    state_bytes = 4 * sum(p.numel() * p.element_size() for p in params.values())
+    memory = MemoryEstimate(int(state_bytes + 3 * per_example * cfg.batch_size),
+                            available_bytes(device),
+                            f"3x the forward tensors of {cfg.batch_size} examples, params and "
+                            "Adam state")
+    check_memory(memory, "lower --batch-size")
+    return TrainPlan(model, params, state, sample, val, loss_fn, k_train, memory)
+
+
+@dataclass(frozen=True)
 class FitResult:
     """A finished (or resumed-to-the-end) supervised run."""
 
@@ -217,20 +273,9 @@ def fit(
     from ..placement import resolve_device
 
     dev = resolve_device(device)
-    model = resolve_model(cfg.model)
-    loss_fn = _loss_fn(cfg.loss)
-    k_init, k_train, k_val = random.split(random.key(cfg.seed, device=dev), 3)
-    sample, val, num_classes = load_data(cfg.data, k_val)
-    params, state = model.init(k_init)
-    params, state = to(params, dev), to(state, dev)
-    x = batch_slice(val, 2)[0]
-    shape = tuple(x.shape) if isinstance(x, Tensor) else "(tokens, mask)"
-    y, _ = probe(lambda: model.apply(params, state, x),
-                 f"model {model.name}: cannot run on the {cfg.data['name']} inputs {shape}")
-    outputs = logits_of(y).shape[-1]
-    if outputs != num_classes:
-        raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
-                          "set the model's number of classes (e.g. --set num_classes=...)")
+    plan = plan_fit(cfg, dev)
+    model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
+    loss_fn, k_train = plan.loss_fn, plan.train_key
     env = env or distributed.DistEnv()
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
     optimizer = adam(cfg.lr)
@@ -285,3 +330,17 @@ def fit(
     return FitResult(run, groups["params"], groups["state"], final)
 
 
+
+
+__all__ = [
+    "DATA_DEFAULTS",
+    "PRESETS",
+    "FitResult",
+    "TrainConfig",
+    "TrainPlan",
+    "fit",
+    "glyph_classes",
+    "load_data",
+    "plan_fit",
+    "train_config",
+]
