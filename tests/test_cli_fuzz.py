@@ -108,7 +108,7 @@ def test_hostile_arguments_end_in_exit_0_or_2_without_traceback_or_files(
         result = CliRunner().invoke(app, args)
     finally:
         torch.set_num_threads(threads)
-    output = result.output + (result.stderr if result.stderr_bytes else "")
+    output = result.output  # stdout and stderr, interleaved
     assert result.exit_code in (0, 2), f"{args}: exit {result.exit_code}\n{output}"
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         f"{args}: raised {result.exception!r}")

@@ -41,7 +41,7 @@ def evaluate(
                                     device=device, seed=seed)
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
     console.print(f"{run.path} ({tag} checkpoint{fallback}): {result}", highlight=False,
-                  markup=False)
+                  markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -118,6 +118,8 @@ def load_config(path: str | Path) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read config: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a text config (it is not UTF-8; a binary file?)") from None
     fmt = {"yml": "yaml"}.get(suffix[1:], suffix[1:])
     return parse_text(text, fmt, str(p))
 

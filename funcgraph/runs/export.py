@@ -26,8 +26,9 @@ from .resolve import resolve_model
 
 def run_input_shape(model: Model, config: Mapping[str, Any]) -> tuple[int, ...]:
     """One example input's shape ``(1, ...)`` for the run ``config`` describes: the run's or
-    the model config's ``input_shape``, else the images it trained on (a meta-train run's
-    ``in_channels`` and ``image_size``, a ``train`` run's glyph size)."""
+    the model config's ``input_shape``, else what it trained on (a meta-train run's
+    ``in_channels`` and ``image_size`` or an MLP's ``in_features``, a ``train`` run's glyph
+    size)."""
     for given in (config.get("input_shape"), model.meta.get("input_shape")):
         if given:
             return tuple(int(d) for d in given)
@@ -35,6 +36,8 @@ def run_input_shape(model: Model, config: Mapping[str, Any]) -> tuple[int, ...]:
     if isinstance(spec, Mapping) and "in_channels" in spec and "image_size" in spec:
         size = int(spec["image_size"])
         return (1, int(spec["in_channels"]), size, size)
+    if isinstance(spec, Mapping) and "in_features" in spec:  # an MLP: (batch, features)
+        return (1, int(spec["in_features"]))
     data = config.get("data", {})
     if isinstance(data, Mapping) and data.get("name") == "glyphs":
         size = int(data.get("image_size", 28))
