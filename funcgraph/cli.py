@@ -22,6 +22,7 @@ COMMANDS = [
     "evaluate",
     "train",
     "search",
+    "runs",
 ]
 
 app = typer.Typer(

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .errors import ConfigError, DeviceError
+from .model import Model
 from .params import Params
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda)(?::(\d+))?$")
@@ -285,6 +286,29 @@ def placed(
     return run
 
 
+def placed_model(model: Model, plan: PlacementPlan | str) -> Model:
+    """``model`` with its ``apply`` run as :func:`placed` runs a function: activations follow
+    the params across the plan's devices. Its ``init`` places params and state (state need not
+    match every prefix), so a training loop built on the Model needs no other change; the
+    optimiser's updates are elementwise and stay on each param's device."""
+    plan = _as_plan(plan)
+
+    def init(key: Any) -> tuple[Params, Params]:
+        params, state = model.init(key)
+        return place(params, plan), place(state, plan, partial=True)
+
+    def apply(params: Params, state: Params, x: Any, *, key: Any = None,
+              train: bool = False) -> tuple[Any, Params]:
+        mode = _FollowParams({**params, **state})
+        for t in tree_flatten(x)[0]:
+            if isinstance(t, Tensor):
+                mode.mark_input(t)
+        with mode:
+            return model.apply(params, state, x, key=key, train=train)
+
+    return Model(init, apply, model.name, model.meta)
+
+
 __all__ = [
     "EXPECTED",
     "PlacementPlan",
@@ -292,5 +316,6 @@ __all__ = [
     "parse_plan",
     "place",
     "placed",
+    "placed_model",
     "resolve_device",
 ]

@@ -134,6 +134,36 @@ DeviceOption = Annotated[
     typer.Option(help="Device: auto (CUDA, then MPS, else CPU), cpu, cuda, cuda:N or mps."),
 ]
 SeedOption = Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Seed of the run's root key.")]
+TensorBoardOption = Annotated[bool, typer.Option(
+    "--tensorboard", envvar="FUNCGRAPH_TENSORBOARD",
+    help="Also write TensorBoard event files (RUN_DIR/events/) with the logged scalars; needs "
+         "the tensorboard package.")]
+ImportOption = Annotated[list[str] | None, typer.Option(
+    "--import", envvar="FUNCGRAPH_IMPORT",
+    help="Import this Python module first, so layers, models or ops it registers can be "
+         "named (repeatable; FUNCGRAPH_IMPORT takes several, space-separated).")]
+
+
+def import_plugins(modules: list[str] | None) -> None:
+    """Import each ``--import`` module; one that fails is a one-line error."""
+    import importlib
+    import sys
+
+    if "" not in sys.path:  # the working directory, as `python -m` would see it
+        sys.path.insert(0, "")
+    for name in modules or []:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # any failure of the user's module is reported alike
+            raise ConfigError(f"--import {name}: {type(e).__name__}: {e}") from None
+
+
+PlaceOption = Annotated[str | None, typer.Option(
+    "--place", help="Placement plan spreading the model's params over devices, e.g. "
+                    "'stem=cuda:0,*=cuda:1' (longest prefix wins; * for the rest). "
+                    "Activations follow their params.")]
+
+
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", help="Check everything (options, data, model, one step, memory), print the "
                       "resolved config, and write nothing.")]

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from .common import DeviceOption, ThreadsOption, console, use_threads, user_errors
+from .common import (
+    DeviceOption,
+    ImportOption,
+    ThreadsOption,
+    console,
+    import_plugins,
+    use_threads,
+    user_errors,
+)
 
 
 @user_errors
@@ -22,6 +30,7 @@ def evaluate(
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
     threads: ThreadsOption = 1,
+    import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
         min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's).")] = None,
 ) -> None:
@@ -33,6 +42,7 @@ def evaluate(
     from ..runs import evaluate_run
 
     use_threads(threads)
+    import_plugins(import_)
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import console, parse_shape, user_errors
+from .common import ImportOption, console, import_plugins, parse_shape, user_errors
 
 
 @user_errors
@@ -22,6 +22,7 @@ def export(
         "--dynamic-batch/--static-batch", help="Make the batch dim symbolic.")] = True,
     onnx: Annotated[Path | None, typer.Option(
         help="Also write an ONNX file here (needs onnx + onnxscript).")] = None,
+    import_: ImportOption = None,
 ) -> None:
     """Rebuild the run's model, load its checkpoint and export it for plain PyTorch.
 
@@ -31,6 +32,7 @@ def export(
     """
     from ..runs import export_run
 
+    import_plugins(import_)
     shape = parse_shape(input_shape) if input_shape is not None else None
     done = export_run(run_dir, out, checkpoint=checkpoint, input_shape=shape,
                       dynamic_batch=dynamic_batch, onnx=onnx)

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .common import DeviceOption, console, parse_shape, user_errors
+from .common import (
+    DeviceOption,
+    ImportOption,
+    PlaceOption,
+    console,
+    import_plugins,
+    parse_shape,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from ..model import Model
@@ -54,6 +62,8 @@ def graph(
         "--set", "-s", help="Model override KEY=VALUE (repeatable).")] = None,
     device: DeviceOption = "auto",
     out: Annotated[Path | None, typer.Option(help="Write here instead of printing.")] = None,
+    import_: ImportOption = None,
+    place: PlaceOption = None,
 ) -> None:
     """Run a model once on a random input and show the graph that actually executed.
 
@@ -68,15 +78,19 @@ def graph(
     from ..errors import ConfigError, ShapeError
     from ..factory import parse_overrides
     from ..files import atomic_write
-    from ..placement import resolve_device
+    from ..placement import placed_model, resolve_device
     from ..runs import resolve_model
 
+    import_plugins(import_)
     dev = resolve_device(device)
     built = resolve_model(model, parse_overrides(overrides or []))
+    if place is not None:
+        built = placed_model(built, place)
     shape = model_input_shape(built, input_shape)
     root = random.key(seed)
     params, state = built.init(random.fold_in(root, 0))
-    params, state = P.to(params, dev), P.to(state, dev)
+    if place is None:  # a placement plan has put the params where they belong
+        params, state = P.to(params, dev), P.to(state, dev)
     x = random.normal(random.fold_in(root, 1), shape).to(dev)
     key = random.fold_in(root, 2).to(dev)
     try:

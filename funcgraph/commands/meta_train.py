@@ -13,11 +13,15 @@ from .common import (
     DeviceOption,
     DistTimeoutOption,
     DryRunOption,
+    ImportOption,
     NprocOption,
+    PlaceOption,
     SeedOption,
+    TensorBoardOption,
     ThreadsOption,
     console,
     distributed_env,
+    import_plugins,
     show_plan,
     use_threads,
     user_errors,
@@ -96,6 +100,9 @@ def meta_train(
     threads: ThreadsOption = 1,
     seed: SeedOption = 0,
     dry_run: DryRunOption = False,
+    tensorboard: TensorBoardOption = False,
+    import_: ImportOption = None,
+    place: PlaceOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Run directory (default runs/<algo>-<dataset>-<tasks>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
@@ -122,10 +129,14 @@ def meta_train(
     from ..placement import resolve_device
     from ..runs import default_config, meta_train, task_sources
     from ..runs.meta_train import model_config, plan_meta_train
+    from ..train.events import require_tensorboard
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
     use_threads(threads)
+    import_plugins(import_)
+    if tensorboard:
+        require_tensorboard()
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
@@ -146,7 +157,7 @@ def meta_train(
                                data_root=cfg.data_root, rotate=cfg.rotate)
         cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                               overrides=overrides))
-        plan = plan_meta_train(cfg, sources, resolve_device(device))
+        plan = plan_meta_train(cfg, sources, resolve_device(device), place=place)
         show_plan(plan.cfg.to_json(), [f"parameters: {plan.parameters:,}",
                                        f"memory: {plan.memory}", "dry run: nothing written"])
         return
@@ -162,7 +173,8 @@ def meta_train(
         console.print(f"run directory: {out}", highlight=False, markup=False)
     with distributed.joined(env):
         meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
-                   echo=lambda line: console.print(line, highlight=False, markup=False))
+                   echo=lambda line: console.print(line, highlight=False, markup=False),
+                   tensorboard=tensorboard, place=place)
 
 
 def register(app: typer.Typer) -> None:

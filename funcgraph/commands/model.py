@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import console, parse_shape, user_errors
+from .common import ImportOption, console, import_plugins, parse_shape, user_errors
 
 model_app = typer.Typer(
     help="Model configs: check one (layers, shapes, parameter counts) or list what is available.",
@@ -30,6 +30,7 @@ def check(
         typer.Option("--input-shape", help="Input shape with batch dim, e.g. 1,1,28,28 "
                                            "(replaces the config's input_shape)."),
     ] = None,
+    import_: ImportOption = None,
 ) -> None:
     """Build a model config on meta tensors and print layer, output shape and parameter count.
 
@@ -40,6 +41,7 @@ def check(
     from ..factory import check_model, parse_overrides
     from ..factory.build import fmt_shape
 
+    import_plugins(import_)
     shape = parse_shape(input_shape) if input_shape is not None else None
     built = check_model(config, parse_overrides(set_ or []), input_shape=shape)
     table = Table(title=f"{built.model.name}  input {fmt_shape(built.input_shape)}")
@@ -56,11 +58,12 @@ def check(
 
 
 @user_errors
-def list_() -> None:
+def list_(import_: ImportOption = None) -> None:
     """List the layer types a config may use and the shipped reference configs.
 
-    Example: funcgraph model list
+    Example: funcgraph model list --import my_layers
     """
+    import_plugins(import_)
     from rich.markup import escape
     from rich.table import Table
 

@@ -15,6 +15,7 @@ from .common import (
     DryRunOption,
     NprocOption,
     SeedOption,
+    TensorBoardOption,
     ThreadsOption,
     console,
     distributed_env,
@@ -69,6 +70,7 @@ def search(
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
     dry_run: DryRunOption = False,
+    tensorboard: TensorBoardOption = False,
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/search"),
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
@@ -90,9 +92,12 @@ def search(
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
     from ..runs.search import plan_search
+    from ..train.events import require_tensorboard
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
     use_threads(threads)
+    if tensorboard:
+        require_tensorboard()
 
     if image_size % 4:
         raise ConfigError(f"--image-size must be a multiple of 4 (two reduction cells), "
@@ -121,7 +126,8 @@ def search(
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "
                       f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)
     with distributed.joined(env):
-        result = run_search(out, data, cfg, resume=resume, device=dev, env=env)
+        result = run_search(out, data, cfg, resume=resume, device=dev, env=env,
+                            tensorboard=tensorboard)
     if not env.is_main:
         return
     g = result.genotype

@@ -14,11 +14,15 @@ from .common import (
     DeviceOption,
     DistTimeoutOption,
     DryRunOption,
+    ImportOption,
     NprocOption,
+    PlaceOption,
     SeedOption,
+    TensorBoardOption,
     ThreadsOption,
     console,
     distributed_env,
+    import_plugins,
     show_plan,
     use_threads,
     user_errors,
@@ -49,6 +53,9 @@ def train(
     seed: SeedOption = 0,
     threads: ThreadsOption = 0,
     dry_run: DryRunOption = False,
+    tensorboard: TensorBoardOption = False,
+    import_: ImportOption = None,
+    place: PlaceOption = None,
     out: Annotated[Path | None, typer.Option(
         help="Run directory (default runs/train-<model>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
@@ -70,10 +77,14 @@ def train(
     from ..placement import resolve_device
     from ..runs import fit, train_config
     from ..runs.train import plan_fit
+    from ..train.events import require_tensorboard
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
 
     use_threads(threads)
+    import_plugins(import_)
+    if tensorboard:
+        require_tensorboard()
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
@@ -83,7 +94,7 @@ def train(
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
                        lr=lr, seed=seed, validate_every=validate_every)
     if dry_run:
-        plan = plan_fit(cfg, resolve_device(device))
+        plan = plan_fit(cfg, resolve_device(device), place=place)
         show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",
                                   f"memory: {plan.memory}", "dry run: nothing written"])
         return
@@ -95,7 +106,8 @@ def train(
         console.print(f"run directory: {out}", highlight=False, markup=False)
     with distributed.joined(env):
         fit(cfg, out, resume=resume, device=device, env=env,
-            echo=lambda line: console.print(line, highlight=False, markup=False))
+            echo=lambda line: console.print(line, highlight=False, markup=False),
+            tensorboard=tensorboard, place=place)
 
 
 def register(app: typer.Typer) -> None:

@@ -149,7 +149,9 @@ class Registry:
         for ep in entry_points():
             if ep.name == name:
                 return self._load_entry_point(ep, path)
-        raise error(path, f"unknown layer type {describe(name)}{suggest(name, self.names())}")
+        raise error(path, f"unknown layer type {describe(name)}{suggest(name, self.names())}; "
+                          "a type from your own code needs --import MODULE (or a "
+                          f"'{ENTRY_POINT_GROUP}' entry point) to register it")
 
     def _load_entry_point(self, ep: importlib.metadata.EntryPoint, path: str) -> LayerType:
         try:

@@ -37,11 +37,12 @@ from ..meta import (
     resolve_strategy,
 )
 from ..meta.strategy import CHOICES, STRATEGIES
-from ..model import bind
+from ..model import Model, bind
 from ..params import Params
-from ..placement import resolve_device
+from ..placement import placed_model, resolve_device
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, run_loop
+from .curves import write_curves
 from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory, fmt_bytes
 from .options import check_count, check_rate
 from .probe import probe
@@ -175,9 +176,17 @@ def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,
     return with_overrides(default_model_config(algo, sources), overrides)
 
 
-def build_learner(cfg: MetaTrainConfig, sources: TaskSources) -> MetaLearner:
-    """The meta-learner ``cfg.algo`` over the model ``cfg.model``."""
+def run_model(cfg: MetaTrainConfig, place: str | None = None) -> Model:
+    """The model ``cfg.model``, its params spread over devices by the placement plan
+    ``place`` when one is given (:func:`funcgraph.placement.placed_model`)."""
     model = resolve_model(cfg.model)
+    return model if place is None else placed_model(model, place)
+
+
+def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
+                  place: str | None = None) -> MetaLearner:
+    """The meta-learner ``cfg.algo`` over the model ``cfg.model``."""
+    model = run_model(cfg, place)
     apply = bind(model, {}, train=True)
     kw: dict[str, Any] = {"kind": sources.kind, "inner_steps": cfg.inner_steps,
                           "inner_lr": cfg.inner_lr, "eval_steps": cfg.inner_steps_eval}
@@ -220,9 +229,10 @@ class RunKeys:
                 random.split(random.fold_in(self.model, step), meta_batch))
 
 
-def init_params(cfg: MetaTrainConfig, learner: MetaLearner) -> Params:
+def init_params(cfg: MetaTrainConfig, learner: MetaLearner, *,
+                place: str | None = None) -> Params:
     """Initial meta-parameters, from :attr:`RunKeys.init`; the model must be stateless."""
-    model = resolve_model(cfg.model)
+    model = run_model(cfg, place)
     params, state = model.init(RunKeys.of(cfg.seed).init)
     if state:
         raise ConfigError(f"model {model.name} has state {sorted(state)[:3]}...; meta-learning "
@@ -265,14 +275,14 @@ class MetaTrainPlan:
         return sum(p.numel() for p in self.params.values())
 
 
-def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources,
-                    device: torch.device) -> MetaTrainPlan:
+def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device, *,
+                    place: str | None = None) -> MetaTrainPlan:
     """Resolve the model, build the learner and its meta-parameters, run one task through
     them (:func:`check_fit`) and refuse a meta-batch the device's free memory cannot hold."""
     if not cfg.model:
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    learner = build_learner(cfg, sources)
-    params = init_params(cfg, learner)
+    learner = build_learner(cfg, sources, place=place)
+    params = init_params(cfg, learner, place=place)
     per_task = check_fit(learner, params, sources)
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
@@ -308,6 +318,8 @@ def meta_train(
     echo: Any = print,
     env: distributed.DistEnv | None = None,
     sync_every: int = 50,
+    tensorboard: bool = False,
+    place: str | None = None,
 ) -> MetaTrainResult:
     """Meta-train per ``cfg`` into the run directory ``out``; see the module docstring.
 
@@ -328,10 +340,11 @@ def meta_train(
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
                                       data_root=cfg.data_root, rotate=cfg.rotate)
-    plan = plan_meta_train(cfg, sources, dev)
+    plan = plan_meta_train(cfg, sources, dev, place=place)
     cfg, learner, params = plan.cfg, plan.learner, plan.params
     keys = RunKeys.of(cfg.seed)
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
+                     tensorboard=tensorboard)
     try:
         optimizer = adam(cfg.meta_lr)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
@@ -347,7 +360,8 @@ def meta_train(
             strategy = meta.get("strategy") if meta.get("device") == dev.type else None
             if env.is_main:
                 run.truncate_metrics(start)
-        groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
+        if place is None:  # a placement plan has put every tensor where it belongs
+            groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
         def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
             task_key, model_keys = keys.tasks(step, cfg.meta_batch)
@@ -397,7 +411,8 @@ def meta_train(
             with_validation = cfg.validate_every and env.is_main
             groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
                               start_step=start, validate=validate if with_validation else None,
-                              best_value=best_value)
+                              best_value=best_value,
+                              after_validation=lambda _: write_curves(run.path))
         if not env.is_main:
             return MetaTrainResult(run, groups["params"], None)
         tag = "best" if run.has_checkpoint("best") else "last"
@@ -405,6 +420,7 @@ def meta_train(
         test = evaluate(learner, final, sources.test, key=keys.test, episodes=cfg.test_episodes,
                         strategy=eval_strategy, device=dev)
         run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
+        write_curves(run.path)
         echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
         return MetaTrainResult(run, groups["params"], test)
     finally:

@@ -42,6 +42,7 @@ from ..nas import (
 from ..params import Params, partition
 from ..params import to as params_to
 from ..train import Groups, LoopConfig, Run, run_loop
+from .curves import write_curves
 from .heatmap import write_heatmap
 
 HISTORY_FILE = "alpha_history.jsonl"
@@ -157,6 +158,7 @@ def run_search(
     show_progress: bool = True,
     extra_config: Mapping[str, Any] | None = None,
     env: distributed.DistEnv | None = None,
+    tensorboard: bool = False,
 ) -> SearchResult:
     """Search in run directory ``out`` (``resume=True`` continues the run there).
 
@@ -172,7 +174,8 @@ def run_search(
     plan = plan_search(data, cfg, extra_config)
     model, per_epoch, batch, total, config = (plan.model, plan.per_epoch, plan.batch,
                                                plan.total, plan.config)
-    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env)
+    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env,
+                     tensorboard=tensorboard)
     try:
         data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                        val_x=data.val_x.to(device), val_y=data.val_y.to(device))
@@ -229,7 +232,8 @@ def run_search(
         if not stopped and start < total:
             try:
                 groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
-                                  loop, start_step=start, validate=end_of_epoch)
+                                  loop, start_step=start, validate=end_of_epoch,
+                                  after_validation=lambda _: write_curves(run.path))
                 done = total
             except _Collapsed as c:
                 groups, done, stopped = c.groups, c.step, True
@@ -250,6 +254,7 @@ def run_search(
                    "skips_normal": genotype.skips("normal"),
                    "skips_reduce": genotype.skips("reduce")}
         atomic_write(run.path / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
+        write_curves(run.path)
         return SearchResult(genotype, done, stopped, val_acc, seconds, run.path)
     finally:
         run.close()

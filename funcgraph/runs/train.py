@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..factory.config import parse_value
 from ..model import Model
 from ..params import Params, State, to
+from ..placement import placed_model
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
 from ..train.supervised import (
@@ -37,6 +38,7 @@ from ..train.supervised import (
     take_rows,
     train_step,
 )
+from .curves import write_curves
 from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory
 from .options import check_count, check_rate
 from .probe import probe
@@ -212,15 +214,20 @@ class TrainPlan:
         return sum(p.numel() for p in self.params.values())
 
 
-def plan_fit(cfg: TrainConfig, device: torch.device) -> TrainPlan:
+def plan_fit(cfg: TrainConfig, device: torch.device, *, place: str | None = None) -> TrainPlan:
     """Resolve the model, load the data, run the model on two validation examples (it must
-    output one logit per class) and refuse a batch the free memory cannot hold."""
+    output one logit per class) and refuse a batch the free memory cannot hold. ``place``, a
+    placement plan (``"stem=cuda:0,*=cuda:1"``), spreads the params over devices
+    (:func:`funcgraph.placement.placed_model`); the data stays on ``device``."""
     model = resolve_model(cfg.model)
+    if place is not None:
+        model = placed_model(model, place)
     loss_fn = _loss_fn(cfg.loss)
     k_init, k_train, k_val = random.split(random.key(cfg.seed, device=device), 3)
     sample, val, num_classes = load_data(cfg.data, k_val)
     params, state = model.init(k_init)
-    params, state = to(params, device), to(state, device)
+    if place is None:
+        params, state = to(params, device), to(state, device)
     x = batch_slice(val, 2)[0]
     shape = tuple(x.shape) if isinstance(x, Tensor) else "(tokens, mask)"
     (y, _), forward = probe(lambda: allocated_bytes(lambda: model.apply(params, state, x)),
@@ -260,6 +267,8 @@ def fit(
     echo: Callable[[str], Any] = print,
     env: distributed.DistEnv | None = None,
     sync_every: int = 50,
+    tensorboard: bool = False,
+    place: str | None = None,
 ) -> FitResult:
     """Train per ``cfg`` into the run directory ``out`` with :func:`run_loop`: progress,
     periodic validation (best checkpoint by accuracy), atomic checkpoints, metrics.jsonl,
@@ -273,63 +282,68 @@ def fit(
     from ..placement import resolve_device
 
     dev = resolve_device(device)
-    plan = plan_fit(cfg, dev)
+    plan = plan_fit(cfg, dev, place=place)
     model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
     loss_fn, k_train = plan.loss_fn, plan.train_key
     env = env or distributed.DistEnv()
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env)
-    optimizer = adam(cfg.lr)
-    # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
-    # step has the same names as this template (a resume checks names and shapes).
-    opt_state = {"step": torch.zeros((), dtype=torch.int64, device=dev),
-                 **optimizer.init(params)}
-    groups: Groups = {"params": params, "state": state, "opt": opt_state}
-    start, best = 0, None
-    if resume and run.has_checkpoint("last"):
-        loaded, meta = run.load("last", expect=groups, device=str(dev))
-        groups = {g: loaded[g] for g in groups}
-        start, best = int(meta["step"]), meta.get("best_value")
-        if env.is_main:
-            run.truncate_metrics(start)
-    sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
-    step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync)
-    mine = distributed.shard(cfg.batch_size, env)
-    own_rows = torch.arange(mine.start, mine.stop, device=dev)
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
+                     tensorboard=tensorboard)
+    try:
+        optimizer = adam(cfg.lr)
+        # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
+        # step has the same names as this template (a resume checks names and shapes).
+        opt_state = {"step": torch.zeros((), dtype=torch.int64, device=dev),
+                     **optimizer.init(params)}
+        groups: Groups = {"params": params, "state": state, "opt": opt_state}
+        start, best = 0, None
+        if resume and run.has_checkpoint("last"):
+            loaded, meta = run.load("last", expect=groups, device=str(dev))
+            groups = {g: loaded[g] for g in groups}
+            start, best = int(meta["step"]), meta.get("best_value")
+            if env.is_main:
+                run.truncate_metrics(start)
+        sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
+        step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync)
+        mine = distributed.shard(cfg.batch_size, env)
+        own_rows = torch.arange(mine.start, mine.stop, device=dev)
 
-    def step_fn(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
-        k_batch, k_model = random.split(random.fold_in(k_train, i))
-        x, labels = sample(k_batch, cfg.batch_size)
-        if env.active:
-            # Every rank keeps the model key: a batch-mode stochastic-depth draw is one per
-            # global batch, so all ranks must drop the same blocks.
-            x, labels = take_rows(x, own_rows), labels[own_rows]
-        p, s, o, metrics = step(g["params"], g["state"], g["opt"], (x, labels),
-                                k_model, lr=cosine_lr(cfg.lr, i, cfg.steps))
-        if env.active and (i + 1) % sync_every == 0:
-            distributed.assert_in_sync(p, env, i + 1)
-        return {"params": p, "state": s, "opt": o}, metrics
+        def step_fn(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
+            k_batch, k_model = random.split(random.fold_in(k_train, i))
+            x, labels = sample(k_batch, cfg.batch_size)
+            if env.active:
+                # Every rank keeps the model key: a batch-mode stochastic-depth draw is one per
+                # global batch, so all ranks must drop the same blocks.
+                x, labels = take_rows(x, own_rows), labels[own_rows]
+            p, s, o, metrics = step(g["params"], g["state"], g["opt"], (x, labels),
+                                    k_model, lr=cosine_lr(cfg.lr, i, cfg.steps))
+            if env.active and (i + 1) % sync_every == 0:
+                distributed.assert_in_sync(p, env, i + 1)
+            return {"params": p, "state": s, "opt": o}, metrics
 
-    def validate(i: int, g: Groups) -> dict[str, float]:
-        return evaluate_batches(model, g["params"], g["state"], batches(val, 256), loss_fn=loss_fn)
+        def validate(i: int, g: Groups) -> dict[str, float]:
+            return evaluate_batches(model, g["params"], g["state"], batches(val, 256),
+                                    loss_fn=loss_fn)
 
-    loop = LoopConfig(total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
-                      validate_every=cfg.validate_every, best_metric="accuracy",
-                      items_per_step=cfg.batch_size, item_name="examples",
-                      show_progress=show_progress and env.is_main, write=env.is_main,
-                      description=f"train {model.name}",
-                      meta={"device": dev.type, "world_size": env.world_size})
-    if start < cfg.steps:
-        groups = run_loop(run, groups, step_fn, loop, start_step=start,
-                          validate=validate if env.is_main else None, best_value=best)
-    if not env.is_main:
-        return FitResult(run, groups["params"], groups["state"], {})
-    final = validate(cfg.steps, groups)
-    run.log({"kind": "final", "step": cfg.steps, **final})
-    echo(f"validation after {cfg.steps} steps: " + "  ".join(f"{k} {v:.4f}"
-                                                            for k, v in final.items()))
-    return FitResult(run, groups["params"], groups["state"], final)
-
-
+        loop = LoopConfig(total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
+                          validate_every=cfg.validate_every, best_metric="accuracy",
+                          items_per_step=cfg.batch_size, item_name="examples",
+                          show_progress=show_progress and env.is_main, write=env.is_main,
+                          description=f"train {model.name}",
+                          meta={"device": dev.type, "world_size": env.world_size})
+        if start < cfg.steps:
+            groups = run_loop(run, groups, step_fn, loop, start_step=start,
+                              validate=validate if env.is_main else None, best_value=best,
+                              after_validation=lambda _: write_curves(run.path))
+        if not env.is_main:
+            return FitResult(run, groups["params"], groups["state"], {})
+        final = validate(cfg.steps, groups)
+        run.log({"kind": "final", "step": cfg.steps, **final})
+        write_curves(run.path)
+        echo(f"validation after {cfg.steps} steps: " + "  ".join(f"{k} {v:.4f}"
+                                                                for k, v in final.items()))
+        return FitResult(run, groups["params"], groups["state"], final)
+    finally:
+        run.close()
 
 
 __all__ = [

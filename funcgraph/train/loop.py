@@ -70,11 +70,15 @@ def run_loop(
     start_step: int = 0,
     validate: ValidateFn | None = None,
     best_value: float | None = None,
+    after_validation: Callable[[int], object] | None = None,
 ) -> Groups:
     """Run steps ``start_step .. cfg.total_steps - 1`` and return the final groups.
 
     Checkpoint ``last`` holds the groups after ``meta["step"]`` completed steps. On Ctrl-C the
-    completed steps are saved before ``KeyboardInterrupt`` propagates.
+    completed steps are saved before ``KeyboardInterrupt`` propagates. ``after_validation``
+    is called with the step once a validation's record is in ``metrics.jsonl`` (the run
+    layer redraws its curves there). A non-finite loss logs a ``diverged`` record and raises
+    :class:`~funcgraph.errors.DivergedError`.
     """
     done = saved = start_step
 
@@ -110,7 +114,11 @@ def run_loop(
                                     metrics="", rate="")
             for step in range(start_step, cfg.total_steps):
                 new_groups, metrics = step_fn(step, groups)
-                _check_finite(metrics, step + 1, saved)
+                loss = metrics.get("loss")
+                if loss is not None and not math.isfinite(float(loss)):
+                    if cfg.write:
+                        run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
+                    raise _diverged(float(loss), step + 1, saved)
                 groups, done = new_groups, step + 1
                 elapsed = time.perf_counter() - started
                 rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
@@ -127,6 +135,8 @@ def run_loop(
                     if cfg.write:
                         run.log({"kind": "validation", "step": done, **val})
                     progress.console.print(f"step {done}: {_fmt(val)}", highlight=False)
+                    if after_validation is not None and cfg.write:
+                        after_validation(done)
                     if cfg.best_metric is not None and cfg.best_metric in val:
                         value = val[cfg.best_metric]
                         better = best_value is None or (
@@ -150,13 +160,12 @@ def run_loop(
     return groups
 
 
-def _check_finite(metrics: Mapping[str, Any], step: int, saved: int) -> None:
-    """Stop the run when step ``step`` produced a non-finite loss; its params are not kept."""
-    loss = metrics.get("loss")
-    if loss is not None and not math.isfinite(float(loss)):
-        kept = f"the checkpoint of step {saved} is kept" if saved else "no checkpoint was saved"
-        raise DivergedError(f"training diverged: the loss became {float(loss)} at step {step}; "
-                            f"{kept} (try a smaller learning rate)")
+def _diverged(loss: float, step: int, saved: int) -> DivergedError:
+    """The error that stops a run whose step ``step`` gave a non-finite loss (its params are
+    not kept)."""
+    kept = f"the checkpoint of step {saved} is kept" if saved else "no checkpoint was saved"
+    return DivergedError(f"training diverged: the loss became {loss} at step {step}; {kept} "
+                         "(try a smaller learning rate)")
 
 
 __all__ = ["Groups", "LoopConfig", "StepFn", "ValidateFn", "run_loop"]

@@ -29,6 +29,7 @@ from .. import distributed
 from ..errors import CheckpointError, ConfigError
 from ..files import atomic_write
 from .checkpoint import checkpoint_exists, checkpoint_step, load_checkpoint, save_checkpoint
+from .events import EventLog, require_tensorboard
 from .ownership import CONFIG_FILE, RunLock, check_out_dir
 
 METRICS_FILE = "metrics.jsonl"
@@ -45,6 +46,7 @@ class Run:
     path: Path
     config: dict[str, Any]
     lock: RunLock | None = field(default=None, compare=False, repr=False)
+    events: EventLog | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def create(
@@ -55,6 +57,7 @@ class Run:
         resume: bool = False,
         may_change: Iterable[str] = ("steps",),
         env: distributed.DistEnv | None = None,
+        tensorboard: bool = False,
     ) -> Run:
         """Start a new run in ``out``, or continue the one there with ``resume=True``.
 
@@ -68,6 +71,9 @@ class Run:
         With a multi-process ``env`` only rank 0 checks, locks and writes the directory; the
         other ranks open it after a barrier. (Were every rank to check, one could find the
         config that rank 0 has just written and refuse it as an existing run.)
+
+        ``tensorboard=True`` also writes every logged number as a TensorBoard scalar
+        (:mod:`funcgraph.train.events`; needs the ``tensorboard`` package).
         """
         shared = env if env is not None and env.active else None
         if shared is not None and not shared.is_main:
@@ -76,6 +82,8 @@ class Run:
         path = Path(out)
         resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
         check_out_dir(path)
+        if tensorboard:
+            require_tensorboard()
         lock = RunLock(path).acquire()
         try:
             cls._check_start(path, resolved, resume, set(may_change))
@@ -86,7 +94,7 @@ class Run:
             raise
         if shared is not None:
             distributed.barrier(shared)
-        return cls(path, resolved, lock)
+        return cls(path, resolved, lock, EventLog(path) if tensorboard else None)
 
     @staticmethod
     def _check_start(path: Path, resolved: dict[str, Any], resume: bool,
@@ -120,6 +128,8 @@ class Run:
 
     def close(self) -> None:
         """Release the directory for other processes (idempotent)."""
+        if self.events is not None:
+            self.events.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -167,6 +177,8 @@ class Run:
         with open(self.path / METRICS_FILE, "a") as f:
             f.write(json.dumps(_finite(dict(record)), sort_keys=True) + "\n")
             f.flush()
+        if self.events is not None:
+            self.events.write(record)
 
     def metrics(self) -> list[dict[str, Any]]:
         """All records of ``metrics.jsonl`` (a torn last line from a crash is skipped)."""
