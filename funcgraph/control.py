@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from .errors import ShapeError
+from .errors import FuncgraphError, ShapeError, TransformError
 
 _functorch = torch._C._functorch
 
@@ -117,9 +117,31 @@ def cond(
     return (true_fn if bool(pred) else false_fn)(*operands)
 
 
+_VMAP_IF = ("a Python `if` on a tensor value cannot run under vmap; use "
+            "funcgraph.cond(pred, true_fn, false_fn, *operands)")
+
+
+def vmap_hint(error: BaseException) -> TransformError | None:
+    """The error to raise instead of ``error`` when it is torch's refusal of a Python ``if``
+    (``while``, ``bool()``) on a tensor under ``vmap``, or None for any other error.
+
+    Torch's message says what failed but not what to write instead; the returned
+    :class:`TransformError` leads with the line "a Python `if` on a tensor value cannot run
+    under vmap; use funcgraph.cond(pred, true_fn, false_fn, *operands)" and keeps torch's
+    message after a blank line. Funcgraph calls it where it runs user code under a transform
+    (a composite's forward); raise the result ``from error``, so the traceback still shows the
+    user's line.
+    """
+    message = str(error)
+    if (isinstance(error, RuntimeError) and not isinstance(error, FuncgraphError)
+            and message.startswith("vmap:") and "data-dependent control flow" in message):
+        return TransformError(f"{_VMAP_IF}\n\n{message}")
+    return None
+
+
 def double_or_halve(x: Tensor) -> Tensor:
     """The seed example: ``x * 2`` if ``x.sum() > 0`` else ``x / 2``, exportable and vmappable."""
     return cond(x.sum() > 0, lambda v: v * 2, lambda v: v / 2, x)
 
 
-__all__ = ["cond", "double_or_halve", "in_transform", "is_batched", "where"]
+__all__ = ["cond", "double_or_halve", "in_transform", "is_batched", "vmap_hint", "where"]

@@ -52,6 +52,12 @@ class ExportError(FuncgraphError, RuntimeError):
     """A model could not be exported, or an exported artifact got an input it cannot take."""
 
 
+class TransformError(FuncgraphError, RuntimeError):
+    """Model code does what a ``torch.func`` transform cannot run, such as a Python ``if`` on a
+    tensor under ``vmap``; the first line names the funcgraph way, torch's message follows. A
+    RuntimeError too, as torch's own error was."""
+
+
 class DistributedError(FuncgraphError, RuntimeError):
     """A distributed run failed: a rank died, diverged or timed out."""
 
@@ -80,4 +86,5 @@ __all__ = [
     "RunDirectoryError",
     "ShapeError",
     "TaskSpecError",
+    "TransformError",
 ]

@@ -145,17 +145,27 @@ def export(
     try:
         program = torch.export.export(wrapper, inputs, dynamic_shapes=dynamic)
     except Exception as e:  # torch raises many unrelated types; all mean "not exportable"
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        hint = ""
-        if "data-dependent" in str(e) or "GuardOnDataDependent" in type(e).__name__:
-            hint = " (branch on tensor values with torch.cond / funcgraph.control.cond)"
-        elif "side effect" in str(e):
-            hint = (" (a cond branch changes outside state, e.g. calls run('child', h); "
-                    "read run.params in branches instead)")
-        raise ExportError(f"export of {model.name!r} failed: {first}{hint}") from e
+        raise ExportError(_export_failure(model.name, e)) from e
     if path is not None:
         save(program, path, model=model, example_inputs=inputs, dynamic_batch=dynamic_batch)
     return program
+
+
+def _export_failure(name: str, error: Exception) -> str:
+    """The message of a failed export: one self-sufficient line (what failed and the likely
+    fix: what the CLI and logs show first), then torch's whole message after a blank line."""
+    text = str(error).strip()
+    if "data-dependent" in text or "GuardOnDataDependent" in type(error).__name__:
+        summary = ("a Python `if` on a tensor value cannot be exported; use funcgraph.cond(pred, "
+                   "true_fn, false_fn, *operands), which becomes torch.cond")
+    elif "side effect" in text:
+        summary = ("a cond branch changes outside state, e.g. calls run('child', h); read "
+                   "run.params in branches instead")
+    else:
+        first = text.splitlines()[0] if text else type(error).__name__
+        summary = first if len(first) <= 150 else first[:147] + "..."
+    head = f"export of {name!r} failed: {summary}"
+    return f"{head}\n\n{text}" if text else head
 
 
 def save(

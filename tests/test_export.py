@@ -242,12 +242,13 @@ def test_export_command_user_errors_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2 and "not a run directory" in result.output
-    config = {"model": {"name": "mlp", "in_features": 2, "hidden": [3]}}
+    # conv4 recorded without its image size: nothing says what input it takes.
+    config = {"model": {"name": "conv4", "ways": 2, "in_channels": 1, "hidden": 4}}
     run_dir, *_ = make_run(tmp_path, config)
     result = runner.invoke(app, ["export", str(run_dir), "--out", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2 and "--input-shape" in result.output, result.output
     result = runner.invoke(app, ["export", str(run_dir), "--checkpoint", "best",
-                                 "--input-shape", "1,2"])
+                                 "--input-shape", "1,1,28,28"])
     assert result.exit_code == 2 and "best" in result.output, result.output
 
 

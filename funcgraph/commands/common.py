@@ -30,9 +30,16 @@ USER_ERROR_EXIT = 2
 def fail(message: str) -> typer.Exit:
     """Print ``message`` as one red line on stderr and return the exit to raise (code 2).
 
-    The message is escaped: user text such as ``[bold]`` or ``[/x]`` prints as written,
-    never as rich markup (which would vanish or crash the printer)."""
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    Only the first line is printed (an error's later lines, such as torch's dump under an
+    ``ExportError``, follow with ``FUNCGRAPH_VERBOSE=1``). The message is escaped: user text
+    such as ``[bold]`` or ``[/x]`` prints as written, never as rich markup (which would vanish
+    or crash the printer)."""
+    import os
+
+    first, _, rest = message.strip().partition("\n")
+    err_console.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)
+    if rest.strip() and os.environ.get("FUNCGRAPH_VERBOSE"):
+        err_console.print(escape(rest.strip()), highlight=False, soft_wrap=True)
     return typer.Exit(USER_ERROR_EXIT)
 
 

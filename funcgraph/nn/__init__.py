@@ -3,6 +3,7 @@
 from .compose import Children, composite, parallel, residual, serial
 from .conv_norm import conv_batch_norm, patch_moments
 from .dropout import dropout, embedding
+from .early_exit import ExitOutput, early_exit, early_exit_loss, with_threshold
 from .functional import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -27,6 +28,7 @@ from .stochastic_depth import Warmup, blocks_ran, linear_decay, ran_metrics, sto
 
 __all__ = [
     "Children",
+    "ExitOutput",
     "Warmup",
     "adaptive_avg_pool2d",
     "adaptive_max_pool2d",
@@ -39,6 +41,8 @@ __all__ = [
     "conv2d",
     "conv_batch_norm",
     "dropout",
+    "early_exit",
+    "early_exit_loss",
     "elu",
     "embedding",
     "flatten",
@@ -63,4 +67,5 @@ __all__ = [
     "softmax",
     "stochastic_depth",
     "tanh",
+    "with_threshold",
 ]

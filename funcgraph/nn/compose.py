@@ -4,7 +4,9 @@
 ``parallel``) and every reference model uses: it prefixes child params and state with the
 child's name (so names match the equivalent ``nn.Module``), splits the key once per child,
 threads ``train``, and collects each child's new state. A child that is not called keeps its
-state unchanged, which is what stochastic depth and early exit need.
+state unchanged, which is what stochastic depth and early exit need. A Python ``if`` on a
+tensor under ``vmap`` in a forward (or in a child it runs) raises a
+:class:`~funcgraph.errors.TransformError` that names ``funcgraph.cond``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..control import vmap_hint
 from ..errors import ArgumentTypeError, ConfigError
 from ..model import Model
 from ..params import Params, State, add_prefix, select
@@ -110,7 +113,13 @@ def composite(
     ) -> tuple[Any, State]:
         child_key, own_key = (None, None) if key is None else tuple(random.split(key, 2))
         handle = Children(children, params, state, child_key, train, own_key)
-        y = forward(handle, x)
+        try:
+            y = forward(handle, x)
+        except RuntimeError as e:  # a Python `if` on a tensor under vmap gets funcgraph's fix
+            hint = vmap_hint(e)
+            if hint is None:
+                raise
+            raise hint from e
         return y, handle.new_state
 
     return Model(init, apply, name, {"children": names, **meta})

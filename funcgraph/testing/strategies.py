@@ -2,8 +2,8 @@
 few-shot tasks and factory configs (valid and deliberately broken).
 
 Import as ``from funcgraph.testing import strategies as fst``. This module needs the
-``hypothesis`` package (``pip install funcgraph[test]``); the rest of
-:mod:`funcgraph.testing` does not.
+``hypothesis`` package (``pip install "funcgraph[test]"``; without it the import raises an
+ImportError saying so); the rest of :mod:`funcgraph.testing` does not.
 
 Values are drawn element by element (they shrink to small, readable counterexamples), so keep
 shapes small: the defaults stay at 4-5 per side.
@@ -16,9 +16,15 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from torch import Tensor
+
+try:
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+except ImportError as e:  # the one dependency the rest of funcgraph.testing does without
+    raise ImportError(
+        'funcgraph.testing.strategies needs hypothesis: pip install "funcgraph[test]"'
+    ) from e
 
 from .. import random
 from ..errors import ConfigError

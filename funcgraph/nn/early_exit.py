@@ -1,0 +1,254 @@
+"""Early exit over your own blocks: the rows an exit is sure about stop there, the rest go on.
+
+:func:`early_exit` runs ``blocks`` in order and gives block ``k``'s output to its head
+``heads[k]`` (logits). At every block but the last, each row decides whether to continue;
+only the rows that continue are gathered (``index_select``) into the next block, and every
+row's logits are scattered back (``index_copy``) from the head where it stopped::
+
+    h      = blocks[0](x)                         all B rows
+    logits = heads[0](h)                          (B, classes)
+    p      = 1 - max softmax(logits)              (B,) probability of continuing
+             (or gates[0](h), a learned gate)
+    go     = the rows that continue               see "decisions" below
+    h      = blocks[1](h[go]) ...                 only the continuing rows, and so on;
+                                                  the last head answers for the rows left
+
+An exiting row costs nothing in the later blocks (a mask would compute it and throw it away).
+
+Decisions. Without ``gates`` (the confidence rule) a row stops, in evaluation, when its exit
+head's max softmax probability reaches ``threshold``. With ``gates`` (one Model per exit
+mapping the block's output to a ``(rows,)`` continue probability in ``[0, 1]``) a row
+continues, in evaluation, when that probability is above ``threshold``. Training samples
+every decision instead: a row continues with probability ``p`` (drawn from the key, so
+training needs one), every block and head trains on the rows that reach it, and
+``threshold`` is not used.
+
+The output is an :class:`ExitOutput` (``logits`` first, so a plain classification loss works
+on it); :func:`early_exit_loss` also trains the exits. In evaluation a row's output does not
+depend on the rest of the batch when the blocks' do not (batch norm in eval mode uses running
+statistics). Shapes depend on the data, so the model runs eagerly and under ``grad``, not
+under ``vmap`` or ``torch.export``.
+
+:func:`with_threshold` changes the threshold of a built model (same params) without
+rebuilding it, e.g. to sweep the accuracy/cost trade-off after training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, NamedTuple
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from .. import random
+from ..checks import check_fraction
+from ..errors import ArgumentTypeError, ConfigError, KeyMissingError, ShapeError
+from ..model import Model
+from ..params import Params, State
+from ..random import Key
+from .compose import Children, _named, composite
+
+
+class ExitOutput(NamedTuple):
+    """What an early-exit model returns, one row per input row.
+
+    Attributes:
+        logits: ``(B, classes)`` the logits of the head where the row stopped (the last head
+            for rows that ran every block).
+        exited: ``(B,)`` bool, True where the row stopped before the last block.
+        continue_prob: ``(B,)`` the continue probability of the row's last decision: at the
+            exit where it stopped, or at the last exit for rows that ran every block.
+        exit_logits: ``(B, classes)`` the logits of the exit head of that decision; with two
+            blocks, the one exit head's logits for every row.
+    """
+
+    logits: Tensor
+    exited: Tensor
+    continue_prob: Tensor
+    exit_logits: Tensor
+
+
+_OVERRIDE: ContextVar[float | None] = ContextVar("early_exit_threshold", default=None)
+"""The threshold a :func:`with_threshold` model asks for. The first early exit its call runs
+reads it and clears it for its own blocks and heads, whose early exits keep their thresholds."""
+
+
+@contextmanager
+def _override(threshold: float | None) -> Iterator[None]:
+    token = _OVERRIDE.set(threshold)
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
+
+
+def _names(what: str, given: Sequence[Model] | Mapping[str, Model]) -> dict[str, Model]:
+    """Children by name: a dict as given, a sequence as ``"<what>.0"``, ``"<what>.1"``... (the
+    names an ``nn.ModuleList`` attribute called ``what`` would give)."""
+    if isinstance(given, Mapping):
+        return _named(f"early_exit: {what}", (given,))
+    if not isinstance(given, Sequence) or isinstance(given, str):
+        raise ArgumentTypeError(
+            f"early_exit: {what} must be a sequence or a dict of name -> Model, got "
+            f"{type(given).__name__}"
+        )
+    return {f"{what}.{n}": m for n, m in _named(f"early_exit: {what}", tuple(given)).items()}
+
+
+def early_exit(
+    blocks: Sequence[Model] | Mapping[str, Model],
+    heads: Sequence[Model] | Mapping[str, Model],
+    *,
+    threshold: float,
+    gates: Sequence[Model] | Mapping[str, Model] | None = None,
+    name: str = "early_exit",
+    **meta: Any,
+) -> Model:
+    """A Model running ``blocks`` in order where, after each block but the last, the rows its
+    head is sure about stop and only the others go on (see the module docstring).
+
+    Arguments:
+        blocks: two or more Models run in order; block ``k + 1`` receives block ``k``'s output
+            for the continuing rows only. A sequence names them ``blocks.0``, ``blocks.1``...,
+            a dict by its keys.
+        heads: one head per block, the last one included, mapping that block's output to
+            ``(rows, classes)`` logits; the last is the final classifier (no decision after
+            it). Named ``heads.0``... or by the dict's keys.
+        threshold: in ``[0, 1]``. Without gates, the max softmax probability at which a row
+            stops; with gates, a row continues when its gate's probability is above it.
+            :func:`with_threshold` changes it on the built model.
+        gates: optional, one Model per exit (``len(blocks) - 1``) mapping the block's output to
+            a ``(rows,)`` continue probability: a learned decision, trained by
+            :func:`early_exit_loss`. Named ``gates.0``... or by the dict's keys.
+        name: the model's name, also in error messages.
+        meta: extra hyperparameters recorded in ``Model.meta``.
+    Returns:
+        A Model mapping ``x`` to :class:`ExitOutput`. Its children (params under their names)
+        come block, head(, gate) per block, the order of their init and keys.
+    """
+    check_fraction(name, "threshold", threshold, allow_one=True)
+    block_models = _names("blocks", blocks)
+    head_models = _names("heads", heads)
+    gate_models = {} if gates is None else _names("gates", gates)
+    n = len(block_models)
+    if n < 2:
+        raise ConfigError(f"{name}: needs at least 2 blocks (an exit sits between two), got {n}")
+    if len(head_models) != n:
+        raise ConfigError(f"{name}: needs one head per block ({n}), got {len(head_models)}")
+    if gates is not None and len(gate_models) != n - 1:
+        raise ConfigError(f"{name}: needs one gate per exit, i.e. per block but the last "
+                          f"({n - 1}), got {len(gate_models)}")
+    every = [*block_models, *head_models, *gate_models]
+    twice = sorted({child for child in every if every.count(child) > 1})
+    if twice:
+        raise ConfigError(f"{name}: child names must differ across blocks, heads and gates; "
+                          f"used twice: {twice}")
+    block_names, head_names, gate_names = list(block_models), list(head_models), list(gate_models)
+    children: dict[str, Model] = {}
+    for k in range(n):
+        children[block_names[k]] = block_models[block_names[k]]
+        children[head_names[k]] = head_models[head_names[k]]
+        if gate_names and k < n - 1:
+            children[gate_names[k]] = gate_models[gate_names[k]]
+
+    def decide(run: Children, k: int, h: Any, logits: Tensor, at: float) -> tuple[Tensor, Tensor]:
+        """``(continue_prob, go)`` at exit ``k`` for the rows of ``h``, given their logits."""
+        if gate_names:
+            p = run(gate_names[k], h)
+            if not isinstance(p, Tensor) or p.shape != logits.shape[:1]:
+                got = tuple(p.shape) if isinstance(p, Tensor) else type(p).__name__
+                raise ShapeError(f"{name}: gate {gate_names[k]!r} must return one continue "
+                                 f"probability per row, shape {tuple(logits.shape[:1])}, got {got}")
+            go = p > at
+        else:
+            confidence = logits.softmax(-1).amax(-1)
+            p, go = 1.0 - confidence, confidence < at
+        if not run.train:
+            return p, go
+        if run.own_key is None:
+            raise KeyMissingError(
+                f"{name}: training samples the exit decisions; call apply(..., "
+                "key=funcgraph.random.key(0), train=True) or pass train=False"
+            )
+        key = run.own_key if k == 0 else random.fold_in(run.own_key, k)
+        return p, random.uniform(key, p.shape).to(p.device) < p.detach()
+
+    def run_exits(run: Children, x: Any, at: float) -> ExitOutput:
+        h = run(block_names[0], x)
+        logits = run(head_names[0], h)
+        p, go = decide(run, 0, h, logits, at)
+        out = ExitOutput(logits, ~go, p, logits)
+        local = go.nonzero().squeeze(1)  # the continuing rows' positions among those that ran
+        rows = local  # and in the batch
+        for k in range(1, n):
+            if rows.numel() == 0:
+                break
+            h = run(block_names[k], h.index_select(0, local))
+            logits = run(head_names[k], h)
+            if k == n - 1:
+                return out._replace(logits=out.logits.index_copy(0, rows, logits))
+            p, go = decide(run, k, h, logits, at)
+            out = ExitOutput(*(full.index_copy(0, rows, part)
+                               for full, part in zip(out, (logits, ~go, p, logits), strict=True)))
+            local = go.nonzero().squeeze(1)
+            rows = rows.index_select(0, local)
+        return out
+
+    def forward(run: Children, x: Any) -> ExitOutput:
+        asked = _OVERRIDE.get()
+        with _override(None):
+            return run_exits(run, x, threshold if asked is None else asked)
+
+    return composite(name, children, forward, threshold=threshold, exits=n - 1, **meta)
+
+
+def with_threshold(model: Model, threshold: float) -> Model:
+    """``model`` with ``threshold`` instead of its own: same init, params and training, other
+    evaluation decisions. ``model`` is one :func:`early_exit` built (or a wrapper of one that
+    keeps its meta, as the factory's are); early exits inside its blocks keep their thresholds.
+
+    The Model contract has no per-call options (``apply(..., threshold=)``), so the override
+    is a new Model; rebuilding with ``early_exit(..., threshold=t)`` gives the same result
+    when the blocks are at hand.
+
+    Example: ``strict = with_threshold(model, 0.99); y, _ = strict.apply(params, state, x)``.
+    """
+    if "exits" not in model.meta:
+        raise ArgumentTypeError(
+            f"with_threshold: expected a Model built by funcgraph.nn.early_exit, got {model.name!r}"
+        )
+    at = check_fraction("with_threshold", "threshold", threshold, allow_one=True)
+
+    def apply(
+        params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
+    ) -> tuple[Any, State]:
+        outer = _OVERRIDE.get()  # the outermost wins: with_threshold(with_threshold(m, a), b) is b
+        with _override(at if outer is None else outer):
+            return model.apply(params, state, x, key=key, train=train)
+
+    return Model(model.init, apply, model.name, {**model.meta, "threshold": at})
+
+
+def early_exit_loss(y: ExitOutput, labels: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Cross-entropy of the returned logits and of each row's exit head, plus the binary
+    cross-entropy of the continue probability against "the exit head is wrong on this row"
+    (continue only when needed): with gates it trains them, with the confidence rule it makes
+    the exit heads' confidence match their accuracy.
+
+    Metrics: ``accuracy`` (of the returned logits), ``exit_rate``, ``exit_accuracy``.
+    """
+    wrong = (y.exit_logits.argmax(-1) != labels).to(y.continue_prob.dtype)
+    loss = (F.cross_entropy(y.logits, labels) + F.cross_entropy(y.exit_logits, labels)
+            + F.binary_cross_entropy(y.continue_prob, wrong))
+    metrics = {
+        "accuracy": (y.logits.argmax(-1) == labels).float().mean(),
+        "exit_rate": y.exited.float().mean(),
+        "exit_accuracy": 1.0 - wrong.float().mean(),
+    }
+    return loss, metrics
+
+
+__all__ = ["ExitOutput", "early_exit", "early_exit_loss", "with_threshold"]

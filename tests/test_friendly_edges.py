@@ -1,0 +1,90 @@
+"""Errors at the edges say what to do: a missing test extra, a Python ``if`` on a tensor under
+``vmap``, and a model that ``torch.export`` cannot trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import Tensor
+
+import funcgraph as fg
+from funcgraph import nn, random
+from funcgraph.errors import ExportError, TransformError
+from funcgraph.export import export
+
+_VMAP_IF = ("a Python `if` on a tensor value cannot run under vmap; use "
+            "funcgraph.cond(pred, true_fn, false_fn, *operands)")
+
+
+@pytest.mark.parametrize("statement", [
+    "from funcgraph.testing import strategies",
+    "import funcgraph.testing.strategies",
+])
+def test_strategies_without_hypothesis_say_how_to_install_it(statement: str) -> None:
+    script = ("import sys\nsys.modules['hypothesis'] = None\n"
+              f"try:\n    {statement}\nexcept ImportError as e:\n    print('ImportError:', e)\n"
+              "import funcgraph.testing\nprint('testing still imports')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, f"the script failed:\n{out.stderr}"
+    assert 'ImportError: funcgraph.testing.strategies needs hypothesis: pip install ' \
+           '"funcgraph[test]"' in out.stdout, f"no install hint in:\n{out.stdout}"
+    assert "testing still imports" in out.stdout, "the assertions must not need hypothesis"
+
+
+def _branchy(pick: str) -> fg.Model:
+    """A composite that doubles its linear layer's output when the sum is positive, with a
+    Python ``if`` or with ``funcgraph.cond``."""
+
+    def forward(run: nn.Children, x: Tensor) -> Tensor:
+        h = run("fc", x)
+        if pick == "cond":
+            return fg.cond(h.sum() > 0, lambda v: v * 2, lambda v: v, h)
+        return h * 2 if h.sum() > 0 else h
+
+    return nn.composite("branchy", {"fc": nn.linear(3, 2)}, forward)
+
+
+def test_python_if_under_vmap_names_funcgraph_cond() -> None:
+    model = nn.serial(_branchy("if"))  # nested: translated once, by the innermost composite
+    params, state = model.init(random.key(0))
+    x = random.normal(random.key(1), (4, 3))
+    with pytest.raises(TransformError) as info:
+        torch.func.vmap(lambda row: model.apply(params, state, row)[0])(x)
+    message = str(info.value)
+    first, blank, *torch_text = message.splitlines()
+    assert first == _VMAP_IF and blank == "", f"first lines:\n{message}"
+    assert "data-dependent control flow" in "\n".join(torch_text), (
+        f"torch's message must follow:\n{message}")
+    assert message.count(_VMAP_IF) == 1, f"translated more than once:\n{message}"
+    assert isinstance(info.value, RuntimeError), "still a RuntimeError, like torch's"
+    fixed = _branchy("cond")
+    fixed_params, _ = fixed.init(random.key(0))
+    ys = torch.func.vmap(lambda row: fixed.apply(fixed_params, {}, row)[0])(x)
+    want = torch.stack([fixed.apply(fixed_params, {}, row)[0] for row in x])
+    torch.testing.assert_close(ys, want, msg="funcgraph.cond is the fix: vmap equals a loop")
+
+
+def test_other_runtime_errors_in_a_forward_pass_through() -> None:
+    def forward(run: nn.Children, x: Tensor) -> Tensor:
+        raise RuntimeError("boom")
+
+    model = nn.composite("fails", {}, forward)
+    with pytest.raises(RuntimeError, match="^boom$") as info:
+        model.apply({}, {}, torch.ones(1))
+    assert type(info.value) is RuntimeError, f"not translated: {type(info.value)}"
+
+
+def test_export_error_leads_with_one_line_naming_the_fix() -> None:
+    model = _branchy("if")
+    params, state = model.init(random.key(0))
+    with pytest.raises(ExportError) as info:
+        export(model, params, state, torch.ones(2, 3))
+    first, blank, *rest = str(info.value).splitlines()
+    assert len(first) < 200, f"first line is {len(first)} chars: {first}"
+    assert "'branchy'" in first and "funcgraph.cond(" in first, f"what and the fix: {first}"
+    assert blank == "" and "data-dependent" in "\n".join(rest), (
+        f"torch's message after a blank line:\n{info.value}")
