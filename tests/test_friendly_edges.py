@@ -88,3 +88,22 @@ def test_export_error_leads_with_one_line_naming_the_fix() -> None:
     assert "'branchy'" in first and "funcgraph.cond(" in first, f"what and the fix: {first}"
     assert blank == "" and "data-dependent" in "\n".join(rest), (
         f"torch's message after a blank line:\n{info.value}")
+
+
+def test_meta_learning_under_vmap_points_at_cond_for_a_python_if() -> None:
+    """A plain function (no composite) with a Python `if` on a tensor, meta-trained with the
+    vmap strategy, gets the same hint."""
+    import torch
+
+    from funcgraph.errors import TransformError
+    from funcgraph.meta import Task, maml, mean_task_grads
+
+    def apply(params: dict, x: torch.Tensor) -> torch.Tensor:
+        y = x @ params["w"]
+        return y if y.sum() > 0 else -y  # data-dependent Python branch
+
+    learner = maml(apply, kind="regression", inner_steps=1, inner_lr=0.1)
+    x = torch.randn(3, 4, 2)
+    tasks = Task(x, torch.randn(3, 4, 1), x, torch.randn(3, 4, 1))
+    with pytest.raises(TransformError, match="use funcgraph.cond"):
+        mean_task_grads(learner.task_grad, {"w": torch.randn(2, 1)}, tasks, strategy="vmap")

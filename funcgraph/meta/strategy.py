@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
 from .learner import Task, TaskEvalFn, TaskGradFn
@@ -105,6 +106,19 @@ def _workers(strategy: str, workers: int | None) -> int:
     return torch.get_num_threads() if workers is None else workers
 
 
+def _vmapped(fn: Callable[[Params, Task], Any], meta_params: Params, tasks: Task,
+             chunk_size: int | None) -> Any:
+    """``fn`` mapped over the tasks; torch's refusal of a Python ``if`` on a tensor becomes
+    the hint to use ``funcgraph.cond`` (:func:`funcgraph.control.vmap_hint`)."""
+    try:
+        return torch.func.vmap(fn, in_dims=(None, 0), chunk_size=chunk_size)(meta_params, tasks)
+    except RuntimeError as e:
+        hint = vmap_hint(e)
+        if hint is None:
+            raise
+        raise hint from e
+
+
 def mean_task_grads(
     task_grad: TaskGradFn,
     meta_params: Params,
@@ -127,9 +141,7 @@ def mean_task_grads(
     _check(strategy)
     num = tasks.num_tasks
     if strategy == "vmap":
-        grads, loss, metric = torch.func.vmap(
-            task_grad, in_dims=(None, 0), chunk_size=chunk_size
-        )(meta_params, tasks)
+        grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
         return {n: g.mean(0) for n, g in grads.items()}, loss.mean(), metric.mean()
     total: Params = {}
     losses: list[Tensor] = []
@@ -157,9 +169,7 @@ def task_evals(
     (arguments as :func:`mean_task_grads`)."""
     _check(strategy)
     if strategy == "vmap":
-        loss, metric = torch.func.vmap(
-            task_eval, in_dims=(None, 0), chunk_size=chunk_size
-        )(meta_params, tasks)
+        loss, metric = _vmapped(task_eval, meta_params, tasks, chunk_size)
         return loss, metric
     pairs = list(per_task(lambda t: task_eval(meta_params, tasks.pick(t)), tasks.num_tasks,
                           workers=_workers(strategy, workers)))
