@@ -1,7 +1,9 @@
 """What every meta-learning algorithm shares: the task record, losses, and the learner record.
 
 A meta-learner is a few pure functions over a flat dict of *meta-parameters* (the model's
-params, plus learned inner learning rates for Meta-SGD under ``"inner_lr.<name>"``):
+params, plus what a learner learns beside them under a prefix of :data:`LEARNER_PREFIXES`:
+Meta-SGD's inner learning rates ``"inner_lr.<name>"``, MAML++'s per-step rates and batch-norm
+copies ``"step_lr.<name>"`` and ``"step_bn.<name>"``):
 
 * ``task_grad(meta_params, task) -> (grads, loss, metric)``: the meta-gradient contribution of
   one task (MAML: the gradient of the query loss after adaptation; Reptile: the
@@ -11,6 +13,12 @@ params, plus learned inner learning rates for Meta-SGD under ``"inner_lr.<name>"
 
 Both take one task; :mod:`funcgraph.meta.strategy` runs them over a batch of tasks with
 ``vmap`` or a loop, and the average over tasks is the meta-gradient.
+
+**Meta-steps.** A learner whose meta-gradient changes over training (MAML++ anneals its
+multi-step loss weights and derivative order) says so with a :attr:`MetaLearner.schedule`;
+the training loop asks ``learner.at_step(step)`` for the learner of each meta-step and calls
+its ``task_grad``. For every other learner ``at_step`` returns the learner itself, so a loop
+may always call it and ``task_grad(meta_params, task)`` keeps its signature.
 
 **Keys.** A task may carry a key ``k`` (:attr:`Task.key`): the model's randomness (dropout,
 stochastic depth) for that task. Every forward pass of the task gets its own key, derived
@@ -52,6 +60,15 @@ from ..random import Key
 
 LR_PREFIX = "inner_lr."
 """Meta-SGD's learned per-parameter inner learning rates live under this prefix."""
+
+STEP_LR_PREFIX = "step_lr."
+"""MAML++'s learned per-step inner learning rates (one per parameter tensor and inner step)."""
+
+STEP_BN_PREFIX = "step_bn."
+"""MAML++'s per-step copies of the batch-norm weights and biases (one row per inner step)."""
+
+LEARNER_PREFIXES = (LR_PREFIX, STEP_LR_PREFIX, STEP_BN_PREFIX)
+"""The prefixes of meta-parameters that a learner adds beside the model's own."""
 
 _SUPPORT, _QUERY = 0, 1
 """The first fold of a task key: the support steps' stream and the query pass's key."""
@@ -257,6 +274,8 @@ class MetaLearner:
         uses_keys: whether the model takes keys (its apply accepts ``key=``): then tasks
             carrying keys reach it, and :func:`~funcgraph.meta.evaluate.evaluate` attaches
             them; without, tasks must be key-free.
+        schedule: for a learner whose meta-gradient depends on the meta-step, ``step -> the
+            learner of that step`` (use :meth:`at_step`); ``None`` for the others.
     """
 
     name: str
@@ -266,6 +285,18 @@ class MetaLearner:
     objective: Objective
     hparams: dict[str, Any] = field(default_factory=dict)
     uses_keys: bool = False
+    schedule: Callable[[int], MetaLearner] | None = None
+
+    def at_step(self, step: int) -> MetaLearner:
+        """The learner of meta-step ``step`` (0-based): ``self`` unless it has a schedule.
+
+        Raises:
+            ConfigError: ``step`` is not an int >= 0.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(f"MetaLearner.at_step: step must be an int >= 0 (the 0-based "
+                              f"meta-step), got {step!r}")
+        return self if self.schedule is None else self.schedule(step)
 
 
 def grad_of(
@@ -312,13 +343,19 @@ def task_grad_of(fn: Callable[[Params, Task], tuple[Tensor, Tensor]]) -> TaskGra
 
 
 def model_params(meta_params: Params) -> Params:
-    """The model's own params in ``meta_params`` (drops Meta-SGD's learned learning rates)."""
-    return {n: p for n, p in meta_params.items() if not n.startswith(LR_PREFIX)}
+    """The model's own params in ``meta_params``: drops what learners add under
+    :data:`LEARNER_PREFIXES` (learned rates, per-step copies). MAML++ with per-step batch norm
+    keeps no single copy of the norm params; :func:`~funcgraph.meta.mamlpp.step_params` gives
+    the model's complete params at an inner step."""
+    return {n: p for n, p in meta_params.items() if not n.startswith(LEARNER_PREFIXES)}
 
 
 __all__ = [
+    "LEARNER_PREFIXES",
     "LR_PREFIX",
     "OBJECTIVES",
+    "STEP_BN_PREFIX",
+    "STEP_LR_PREFIX",
     "MetaLearner",
     "Objective",
     "Task",

@@ -1,0 +1,276 @@
+"""MAML++ (Antoniou et al., "How to train your MAML", ICLR 2019) as a :class:`MetaLearner`.
+
+MAML's inner loop and second-order meta-gradient (:mod:`funcgraph.meta.maml`) with the
+paper's fixes, each one switchable; with all of them off the learner is MAML, bit for bit:
+
+* **LSLR** (``lslr``): learned per-step inner learning rates, one per *parameter tensor* and
+  inner step, meta-params ``"step_lr.<name>"`` of shape ``(inner_steps,)`` initialised to
+  ``inner_lr``. Per tensor rather than per layer, as the authors' code does (its LSLR rule
+  keeps one rate vector per named parameter), so a layer's weight and bias learn separate
+  rates; Meta-SGD (``maml(learn_lr=True)``) learns one rate per entry instead.
+* **MSL** (``multi_step_loss``): the task loss is ``sum_i w_i * L_query(after step i)``, the
+  query loss after every inner step weighted by :func:`msl_weights`, which starts uniform
+  and anneals towards the last step over ``msl_anneal_steps`` meta-steps; after that, only
+  the last step counts (the paper's schedule). The loss a task reports is this weighted sum.
+* **Derivative-order annealing** (``first_order_until``): first order for meta-steps
+  ``0 .. first_order_until - 1``, second order after.
+* **BNWB** (``per_step_bn``): per-step batch-norm weights and biases. Every param whose name
+  ends in one of ``bn_suffixes`` (conv4's ``"blockN.norm.weight"``/``"blockN.norm.bias"``)
+  is replaced by ``"step_bn.<name>"`` of shape ``(inner_steps, *shape)``: row ``i`` is used
+  by inner step ``i``'s support pass and by the query pass after step ``i``. The rows are
+  meta-learned and not adapted in the inner loop (the authors' default). :func:`step_params`
+  gives the model's complete params at a step, for use outside the learner.
+* **BNRS** (per-step running statistics) does not apply: funcgraph meta-learns stateless
+  models whose batch norm normalises each forward with that batch's own statistics
+  (transductive, as MAML is usually run), so there are no running statistics to keep per
+  step, in training or at evaluation.
+* **Cosine annealing of the meta learning rate** belongs to the outer loop (the optimiser's
+  learning rate; :func:`funcgraph.train.optim.cosine_lr`), not to the learner.
+
+**The meta-step.** The MSL weights and the derivative order depend on the meta-step ``t``;
+the learner keeps ``task_grad(meta_params, task)`` and carries a
+:attr:`~funcgraph.meta.learner.MetaLearner.schedule`: ``learner.at_step(t)`` is the learner
+of meta-step ``t``, whose ``task_grad`` has that step's weights and order built in (Python
+values, so ``vmap`` and the loop strategy see plain constants). :func:`mamlpp` returns the
+learner of step 0; a training loop calls ``at_step(step)`` every meta-step.
+
+**Evaluation** adapts for ``eval_steps`` first-order steps and scores the last one; steps at
+or beyond ``inner_steps`` reuse the last step's learned rate and batch-norm row.
+
+Keys: inner step ``i`` forwards the support set with support key ``i``, and every query pass
+(one per weighted step) uses the task's query key, so the per-step query losses see the same
+dropout masks and differ only by the adaptation (the schedule is in
+:mod:`funcgraph.meta.learner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from ..checks import check_int, check_sequence
+from ..errors import ConfigError
+from ..model import BoundApply
+from ..params import Params
+from ..random import Key
+from .learner import (
+    STEP_BN_PREFIX,
+    STEP_LR_PREFIX,
+    MetaLearner,
+    Objective,
+    Task,
+    call,
+    check_apply,
+    grad_of,
+    model_params,
+    objective,
+    support_keys,
+    task_grad_of,
+)
+from .maml import _query_score
+
+BN_SUFFIXES = ("norm.weight", "norm.bias")
+"""The default names of batch-norm params that get per-step copies (conv4's blocks)."""
+
+MSL_FLOOR = 0.03
+"""Annealed non-final MSL weights never drop below ``MSL_FLOOR / inner_steps`` (the paper's
+code) until annealing ends."""
+
+
+def msl_weights(steps: int, meta_step: int, anneal_steps: int) -> tuple[float, ...]:
+    """The multi-step loss weights of the query losses after inner steps ``0..steps-1`` at
+    meta-step ``meta_step`` (0-based); they sum to 1.
+
+    The paper's schedule: uniform ``1/steps`` at meta-step 0; each earlier step's weight then
+    falls by ``1 / (steps * anneal_steps)`` per meta-step, to a floor of ``0.03 / steps``,
+    and the last step's weight rises by what they lose; from meta-step ``anneal_steps`` on,
+    the last step alone counts (weights ``(0, ..., 0, 1)``).
+    """
+    check_int("msl_weights", "steps", steps)
+    check_int("msl_weights", "meta_step", meta_step, minimum=0)
+    check_int("msl_weights", "anneal_steps", anneal_steps)
+    if meta_step >= anneal_steps:
+        return (0.0,) * (steps - 1) + (1.0,)
+    floor = MSL_FLOOR / steps
+    decay = meta_step / (steps * anneal_steps)
+    early = max(1.0 / steps - decay, floor)
+    last = min(1.0 / steps + (steps - 1) * decay, 1.0 - (steps - 1) * floor)
+    return (early,) * (steps - 1) + (last,)
+
+
+def _row(rows: Tensor, step: int) -> Tensor:
+    """Row ``step`` of a per-step tensor; steps past the last row reuse the last row."""
+    return rows[min(step, rows.shape[0] - 1)]
+
+
+def _per_step(meta_params: Params, prefix: str) -> Params:
+    """The per-step tensors under ``prefix``, by model param name."""
+    return {n[len(prefix):]: p for n, p in meta_params.items() if n.startswith(prefix)}
+
+
+def _with_bn(params: Params, bn: Params, step: int) -> Params:
+    """``params`` with the batch-norm rows of inner step ``step`` under their model names."""
+    return {**params, **{n: _row(rows, step) for n, rows in bn.items()}}
+
+
+def step_params(meta_params: Params, step: int) -> Params:
+    """The model's complete params at inner step ``step`` (0-based): the model params of
+    ``meta_params`` with row ``step`` of each per-step batch-norm copy (the last row past
+    the trained steps). Without per-step batch norm this is
+    :func:`~funcgraph.meta.learner.model_params`."""
+    check_int("step_params", "step", step, minimum=0)
+    return _with_bn(model_params(meta_params), _per_step(meta_params, STEP_BN_PREFIX), step)
+
+
+def mamlpp_loss(
+    apply: BoundApply,
+    meta_params: Params,
+    task: Task,
+    *,
+    objective: Objective,
+    steps: int,
+    inner_lr: float,
+    first_order: bool,
+    weights: Sequence[float] | None,
+) -> tuple[Tensor, Tensor]:
+    """``(task loss, query metric after the last step)`` of one task; differentiate it for
+    the meta-gradient.
+
+    The inner loop adapts every model param in ``meta_params`` for ``steps`` SGD steps, with
+    the learned rates ``"step_lr.<name>"`` where present (else ``inner_lr``) and the
+    batch-norm rows ``"step_bn.<name>"`` of each step where present (not adapted).
+    ``weights``: the MSL weight of the query loss after each step (:func:`msl_weights`),
+    zero weights skipping that query pass; ``None`` scores the last step alone, unweighted,
+    exactly as :func:`~funcgraph.meta.maml.task_loss`.
+
+    Raises:
+        ConfigError: ``weights`` has not one entry per inner step.
+    """
+    if weights is not None and (steps < 1 or len(weights) != steps):
+        raise ConfigError(f"mamlpp_loss: weights must have one entry per inner step, with "
+                          f"steps >= 1 (steps={steps}), got {tuple(weights)}")
+    fast = model_params(meta_params)
+    rates = _per_step(meta_params, STEP_LR_PREFIX)
+    bn = _per_step(meta_params, STEP_BN_PREFIX)
+
+    def support_loss(f: Params, step: int, step_key: Key | None) -> Tensor:
+        pred = call(apply, _with_bn(f, bn, step), task.support_x, step_key)
+        return objective.loss(pred, task.support_y)
+
+    terms: list[Tensor] = []
+    for step, step_key in enumerate(support_keys(task.key, steps)):
+        grads = grad_of(partial(support_loss, step=step, step_key=step_key), fast,
+                        create_graph=not first_order)
+        fast = {n: p - (_row(rates[n], step) if rates else inner_lr) * grads[n]
+                for n, p in fast.items()}
+        if weights is not None and step < steps - 1 and weights[step]:
+            loss, _ = _query_score(apply, _with_bn(fast, bn, step), task, objective)
+            terms.append(weights[step] * loss)
+    loss, metric = _query_score(apply, _with_bn(fast, bn, max(steps - 1, 0)), task, objective)
+    if weights is None:
+        return loss, metric
+    return torch.stack([*terms, weights[-1] * loss]).sum(), metric
+
+
+def _check_suffixes(value: object) -> tuple[str, ...]:
+    suffixes = check_sequence("mamlpp", "bn_suffixes", value, "param-name suffixes (str)")
+    if not suffixes or not all(isinstance(s, str) and s for s in suffixes):
+        raise ConfigError(f"mamlpp: bn_suffixes must be a non-empty sequence of non-empty "
+                          f"strings (param-name endings such as 'norm.weight'), got {value!r}")
+    return tuple(suffixes)
+
+
+def mamlpp(
+    apply: BoundApply,
+    *,
+    kind: str = "classification",
+    inner_steps: int = 5,
+    inner_lr: float = 0.4,
+    eval_steps: int | None = None,
+    lslr: bool = True,
+    multi_step_loss: bool = True,
+    msl_anneal_steps: int = 75,
+    first_order_until: int = 0,
+    per_step_bn: bool | None = None,
+    bn_suffixes: Sequence[str] = BN_SUFFIXES,
+    name: str = "mamlpp",
+) -> MetaLearner:
+    """MAML++ as a :class:`MetaLearner` (the learner of meta-step 0; see the module docs for
+    the pieces and for ``at_step``).
+
+    Arguments:
+        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
+            tasks with keys need it to take ``key=``.
+        kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
+        inner_steps, inner_lr: the training inner loop (``inner_lr``: the initial learned
+            rates with ``lslr``); ``inner_steps >= 1``; the paper takes 5.
+        eval_steps: inner steps at evaluation (default ``inner_steps``).
+        lslr: learn one inner rate per parameter tensor and step.
+        multi_step_loss: weight the query loss of every step (:func:`msl_weights`).
+        msl_anneal_steps: meta-steps over which the MSL weights anneal to the last step. The
+            paper anneals over the first 15% of training (15 of 100 epochs); the default is
+            15% of ``funcgraph meta-train``'s 500 steps.
+        first_order_until: meta-steps ``< first_order_until`` are first order (0: never).
+        per_step_bn: per-step batch-norm weights and biases: ``None`` when any param name
+            ends in ``bn_suffixes``, ``True`` requires one (checked by ``init``).
+        bn_suffixes: the name endings of the batch-norm params.
+        name: the learner's name, for logs.
+
+    Raises:
+        ConfigError: an argument out of range (naming it and the value).
+    """
+    apply, uses_keys = check_apply(apply, name)
+    obj = objective(kind)
+    check_int("mamlpp", "inner_steps", inner_steps)
+    eval_count = inner_steps if eval_steps is None else check_int(
+        "mamlpp", "eval_steps", eval_steps, minimum=0)
+    check_int("mamlpp", "msl_anneal_steps", msl_anneal_steps)
+    check_int("mamlpp", "first_order_until", first_order_until, minimum=0)
+    for flag, value in (("lslr", lslr), ("multi_step_loss", multi_step_loss)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"mamlpp: {flag} must be a bool, got {value!r}")
+    if per_step_bn is not None and not isinstance(per_step_bn, bool):
+        raise ConfigError(f"mamlpp: per_step_bn must be None (when the model has batch norm), "
+                          f"True or False, got {per_step_bn!r}")
+    suffixes = _check_suffixes(bn_suffixes)
+
+    def init(params: Params) -> Params:
+        norms = [n for n in params if n.endswith(suffixes)] if per_step_bn is not False else []
+        if per_step_bn and not norms:
+            raise ConfigError(f"mamlpp: per_step_bn=True but no param name ends in "
+                              f"{list(suffixes)} (names: {list(params)[:4]}...); pass "
+                              "bn_suffixes naming the batch-norm params, or per_step_bn=False")
+        adapted = {n: p for n, p in params.items() if n not in norms}
+        rates = {STEP_LR_PREFIX + n: torch.full((inner_steps,), inner_lr, dtype=p.dtype,
+                                                device=p.device)
+                 for n, p in adapted.items()} if lslr else {}
+        copies = {STEP_BN_PREFIX + n: params[n].expand(inner_steps, *params[n].shape).clone()
+                  for n in norms}
+        return {**adapted, **rates, **copies}
+
+    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
+        loss, metric = mamlpp_loss(apply, meta_params, task, objective=obj, steps=eval_count,
+                                   inner_lr=inner_lr, first_order=True, weights=None)
+        return loss.detach(), metric
+
+    hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr, "eval_steps": eval_count,
+               "kind": kind, "lslr": lslr, "multi_step_loss": multi_step_loss,
+               "msl_anneal_steps": msl_anneal_steps, "first_order_until": first_order_until,
+               "per_step_bn": per_step_bn, "bn_suffixes": list(suffixes)}
+
+    def at_step(step: int) -> MetaLearner:
+        """The learner of meta-step ``step``: its MSL weights and derivative order."""
+        weights = msl_weights(inner_steps, step, msl_anneal_steps) if multi_step_loss else None
+        task_grad = task_grad_of(partial(
+            mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
+            first_order=step < first_order_until, weights=weights))
+        return MetaLearner(name, init, task_grad, task_eval, obj, hparams,
+                           uses_keys=uses_keys, schedule=at_step)
+
+    return at_step(0)
+
+
+__all__ = ["BN_SUFFIXES", "MSL_FLOOR", "mamlpp", "mamlpp_loss", "msl_weights", "step_params"]
