@@ -33,6 +33,8 @@ class Algo(StrEnum):
     fomaml = "fomaml"
     metasgd = "metasgd"
     anil = "anil"
+    mamlpp = "mamlpp"
+    imaml = "imaml"
     reptile = "reptile"
     protonet = "protonet"
 
@@ -80,6 +82,21 @@ def meta_train(
         "--remat", help="Memory-saving second order: keep only each inner step's params and "
                         "recompute its graph in the backward pass (same meta-gradient; peak "
                         "memory of one inner step). MAML, Meta-SGD, ANIL.")] = False,
+    cosine_meta_lr: Annotated[bool | None, typer.Option(
+        "--cosine-meta-lr/--constant-meta-lr",
+        help="Cosine-anneal the meta learning rate to 0 (default: on for mamlpp).")] = None,
+    msl_anneal_steps: Annotated[int | None, typer.Option(
+        min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
+                               "towards the last inner step (default: 15% of --steps).")] = None,
+    first_order_until: Annotated[int | None, typer.Option(
+        min=0, max=10**7, help="MAML++: first-order meta-gradients before this meta-step "
+                               "(derivative-order annealing; default 0).")] = None,
+    imaml_lambda: Annotated[float | None, typer.Option(
+        help="iMAML: the proximal regulariser's strength (default 1).")] = None,
+    cg_steps: Annotated[int | None, typer.Option(
+        min=1, max=1000, help="iMAML: conjugate-gradient steps at most (default 5).")] = None,
+    cg_tol: Annotated[float | None, typer.Option(
+        help="iMAML: stop CG at this relative residual (default 1e-3).")] = None,
     train_queries: Annotated[int | None, typer.Option(
         min=1, max=1000,
         help="Query examples per class in meta-training (default 1 for MAML).")] = None,
@@ -146,6 +163,9 @@ def meta_train(
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
         first_order=first_order or None, remat=remat or None, train_queries=train_queries,
+        cosine_meta_lr=cosine_meta_lr, msl_anneal_steps=msl_anneal_steps,
+        first_order_until=first_order_until, imaml_lambda=imaml_lambda, cg_steps=cg_steps,
+        cg_tol=cg_tol,
         rotate=rotate or None,
         strategy=strategy.value, validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,

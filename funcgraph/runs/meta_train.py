@@ -15,6 +15,7 @@ stochastic depth). So a resumed run ends bit-identical to an uninterrupted one o
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -30,7 +31,9 @@ from ..meta import (
     MetaLearner,
     TaskSampler,
     evaluate,
+    imaml,
     maml,
+    mamlpp,
     mean_task_grads,
     protonet,
     reptile,
@@ -41,7 +44,7 @@ from ..model import Model, bind
 from ..params import Params
 from ..placement import placed_model, resolve_device
 from ..random import Key
-from ..train import Groups, LoopConfig, Run, adam, run_loop
+from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
 from .curves import write_curves
 from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory, fmt_bytes
 from .options import check_count, check_rate
@@ -49,7 +52,7 @@ from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
 from .task_sources import TaskSources, task_sources
 
-ALGOS = ("maml", "fomaml", "metasgd", "anil", "reptile", "protonet")
+ALGOS = ("maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml", "reptile", "protonet")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ class MetaTrainConfig:
     meta_lr: float = 3e-3
     first_order: bool = False
     remat: bool = False
+    cosine_meta_lr: bool = False
+    msl_anneal_steps: int | None = None
+    first_order_until: int = 0
+    imaml_lambda: float = 1.0
+    cg_steps: int = 5
+    cg_tol: float = 1e-3
     strategy: str = "auto"
     seed: int = 0
     validate_every: int = 250
@@ -96,19 +105,25 @@ class MetaTrainConfig:
             check_count(name, getattr(self, name), 0)
         if self.train_queries is not None:
             check_count("train_queries", self.train_queries, 1)
-        for name in ("inner_lr", "meta_lr"):
+        for name in ("inner_lr", "meta_lr", "imaml_lambda"):
             check_rate(name, getattr(self, name))
+        check_count("first_order_until", self.first_order_until, 0)
+        check_count("cg_steps", self.cg_steps, 1)
+        if self.msl_anneal_steps is not None:
+            check_count("msl_anneal_steps", self.msl_anneal_steps, 1)
+        if not (math.isfinite(self.cg_tol) and self.cg_tol >= 0):
+            raise ConfigError(f"--cg-tol must be a finite number >= 0, got {self.cg_tol!r}")
         self._check_combination()
 
     def _check_combination(self) -> None:
         """Refuse options that contradict each other instead of ignoring one of them."""
-        if self.remat and self.algo in ("reptile", "protonet"):
+        if self.remat and self.algo in ("reptile", "protonet", "mamlpp", "imaml"):
             raise ConfigError(f"--remat applies to the MAML family (maml, fomaml, metasgd, "
                               f"anil); {self.algo} keeps no second-order graph")
         if self.remat and (self.first_order or self.algo == "fomaml"):
             raise ConfigError("--remat saves memory of the second-order gradient; first-order "
                               "MAML keeps no second-order graph (drop one of the two)")
-        if self.first_order and self.algo in ("reptile", "protonet"):
+        if self.first_order and self.algo in ("reptile", "protonet", "imaml"):
             raise ConfigError(f"--first-order applies to the MAML family; {self.algo} has no "
                               "second-order term to drop")
         if self.dataset == "sinusoid":
@@ -139,6 +154,13 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     # 1e-3 and 10 steps (docs/meta-learning.md; one run each, untuned beyond that).
     "reptile": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 30, "train_queries": 5,
                 "meta_lr": 3e-3},
+    # MAML++ (Antoniou et al. 2019): two inner steps with learned per-step rates, the
+    # multi-step loss and per-step batch-norm weights, a cosine-annealed meta learning rate.
+    # Untuned beyond one documented run (docs/meta-learning.md).
+    "mamlpp": {"inner_steps": 2, "inner_steps_eval": 3, "cosine_meta_lr": True},
+    # iMAML (Rajeswaran et al. 2019): a proximal inner loop of 5 steps, the implicit gradient
+    # by 5 conjugate-gradient steps; lambda 1 as the paper's Omniglot setting.
+    "imaml": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 10},
     # Prototypical networks have no inner loop; more queries per class are cheap.
     "protonet": {"train_queries": 5, "meta_lr": 1e-3},
 }
@@ -196,6 +218,13 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
         return protonet(apply, ways=sources.ways)
     if cfg.algo == "reptile":
         return reptile(apply, **kw)
+    if cfg.algo == "mamlpp":
+        anneal = cfg.msl_anneal_steps or max(1, round(0.15 * cfg.steps))
+        first_order_until = cfg.steps if cfg.first_order else cfg.first_order_until
+        return mamlpp(apply, msl_anneal_steps=anneal, first_order_until=first_order_until, **kw)
+    if cfg.algo == "imaml":
+        return imaml(apply, lam=cfg.imaml_lambda, cg_steps=cfg.cg_steps, cg_tol=cfg.cg_tol,
+                     **kw)
     first_order = cfg.first_order or cfg.algo == "fomaml"
     return maml(apply, first_order=first_order, learn_lr=cfg.algo == "metasgd",
                 adapt_prefix="head" if cfg.algo == "anil" else None, remat=cfg.remat,
@@ -369,8 +398,9 @@ def meta_train(
             if env.active:
                 mine = distributed.shard(cfg.meta_batch, env)
                 tasks = tasks.pick(slice(mine.start, mine.stop))
-            grads, loss, metric = mean_task_grads(learner.task_grad, groups["params"],
-                                                  tasks.to(dev), strategy=strategy)
+            grads, loss, metric = mean_task_grads(learner.at_step(step).task_grad,
+                                                  groups["params"], tasks.to(dev),
+                                                  strategy=strategy)
             comm: dict[str, float] = {}
             if env.active:
                 started = time.perf_counter()
@@ -378,7 +408,8 @@ def meta_train(
                     {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
                 loss, metric = grads.pop("loss."), grads.pop("metric.")
                 comm["comm_s"] = time.perf_counter() - started
-            params, opt = optimizer.update(groups["params"], grads, groups["opt"])
+            lr = cosine_lr(cfg.meta_lr, step, cfg.steps) if cfg.cosine_meta_lr else cfg.meta_lr
+            params, opt = optimizer.update(groups["params"], grads, groups["opt"], lr=lr)
             if env.active and (step + 1) % sync_every == 0:
                 distributed.assert_in_sync(params, env, step + 1)
             return {"params": params, "opt": opt}, {
