@@ -1,6 +1,6 @@
 """DARTS on the CPU proxy: search cost per mode, and searched vs random architectures.
 
-Two parts, each printing a table and one JSON line per row:
+Three parts, each printing a table and one JSON line per row:
 
 ``python benchmarks/darts.py cost [--steps 4]``
     Search-step cost of first order, second order (exact hypergradient), second order
@@ -17,19 +17,32 @@ Two parts, each printing a table and one JSON line per row:
     same budget on held-out glyph classes (the evaluation split: characters the search never
     saw, train half / test half) and reports test accuracy, mean over ``--seeds`` training
     seeds, searched vs the mean of the random ones.
+
+``python benchmarks/darts.py protocol RUN_OR_GENOTYPE... [--random 8] [--train-steps 200]``
+    The evaluation protocol (docs/darts.md): the searched genotypes (genotype.json files or
+    search run directories) and ``--random`` random genotypes of the same space
+    (``random_genotype(key(100 + i))``, ``--space`` for a space file) are retrained with the
+    same budget and seeds on the held-out classes, as ``accuracy`` does; printed are the
+    random cells' distribution (mean, std, min, max, seed-to-seed sd) and each searched
+    cell's accuracy and percentile among them, drawn to ``--plot`` (PNG).
+
+Both ``accuracy`` and ``protocol`` keep every (genotype, budget, seed, data) accuracy in one
+JSON cache file (``--cache``), so a rerun trains only what is new.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +50,11 @@ import torch
 import torch.nn.functional as F
 
 from funcgraph import random
+from funcgraph.errors import FuncgraphError
+from funcgraph.files import atomic_write
 from funcgraph.model import Model
 from funcgraph.nas import (
+    PRIMITIVES,
     BilevelConfig,
     Genotype,
     SearchConfig,
@@ -46,6 +62,7 @@ from funcgraph.nas import (
     build_search_model,
     epoch_batches,
     is_arch,
+    load_space,
     make_search_step,
     network_from_genotype,
     random_genotype,
@@ -136,64 +153,219 @@ def train_discrete(model: Model, data: SearchData, *, steps: int, seed: int,
     return supernet_accuracy(model, params, state, data.val_x, data.val_y)
 
 
-def _train_job(job: tuple[dict[str, Any], int, int, int, int, int]) -> float:
-    """One (architecture, seed) training in a worker process (single-threaded)."""
+@dataclass(frozen=True)
+class Budget:
+    """What every architecture gets when it is retrained: the discrete network's size, the
+    training steps and the held-out data (the glyph evaluation split: characters the search
+    never saw, each class's drawings halved into train and test), trained once per seed."""
+
+    train_steps: int = 200
+    classes: int = 20
+    seeds: int = 2
+    C: int = 8
+    layers: int = 5
+    batch_size: int = 32
+    lr: float = 0.05
+    image_size: int = 16
+
+    def cache_key(self, genotype: Genotype, seed: int) -> str:
+        """Canonical JSON of everything one training's accuracy depends on: the genotype, the
+        budget, the seed and the data settings (the number of seeds is not among them)."""
+        return json.dumps({
+            "genotype": genotype.to_dict(), "seed": seed, "C": self.C, "layers": self.layers,
+            "train_steps": self.train_steps, "batch_size": self.batch_size, "lr": self.lr,
+            "data": {"split": "evaluation", "classes": self.classes,
+                     "image_size": self.image_size, "seed": 0},
+        }, sort_keys=True, separators=(",", ":"))
+
+
+def _train_job(job: tuple[dict[str, Any], Budget, int]) -> float:
+    """One (architecture, seed) training, single-threaded: its held-out test accuracy."""
     torch.set_num_threads(1)
-    genotype, c, layers, steps, seed, classes = job
-    # characters the search never saw
-    held_out = glyph_halves(split="evaluation", num_classes=classes)
-    model = network_from_genotype(Genotype.from_dict(genotype), C=c, layers=layers,
-                                  num_classes=held_out.num_classes)
-    return train_discrete(model, held_out, steps=steps, seed=seed)
+    genotype, budget, seed = job
+    held_out = glyph_halves(split="evaluation", num_classes=budget.classes,
+                            image_size=budget.image_size)
+    model = network_from_genotype(Genotype.from_dict(genotype), C=budget.C,
+                                  layers=budget.layers, num_classes=held_out.num_classes)
+    return train_discrete(model, held_out, steps=budget.train_steps, seed=seed,
+                          batch_size=budget.batch_size, lr=budget.lr)
 
 
-def accuracy_bench(search_dir: Path, train_steps: int, seeds: int, workers: int,
-                   archs: list[str], cache: Path, classes: int) -> None:
-    cfg = SearchConfig()
+def _read_cache(cache: Path) -> dict[str, float]:
+    return json.loads(cache.read_text()) if cache.exists() else {}
+
+
+def trained_accuracies(genotypes: Mapping[str, Genotype], budget: Budget, cache: Path,
+                       workers: int) -> dict[str, list[float]]:
+    """Test accuracy of every genotype at every seed ``0 .. budget.seeds - 1``, training only
+    what the JSON ``cache`` (``Budget.cache_key -> accuracy``) lacks, ``workers`` at a time
+    (1: in this process). The cache is rewritten after each training, so an interrupted run
+    keeps what it finished and concurrent runs sharing the file keep each other's results."""
+    keys = {(name, seed): budget.cache_key(g, seed)
+            for name, g in genotypes.items() for seed in range(budget.seeds)}
+    known = _read_cache(cache)
+    todo = {key: (genotypes[name].to_dict(), budget, seed)
+            for (name, seed), key in keys.items() if key not in known}
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and len(todo) > 1 else None
+    try:
+        results = (pool.map if pool else map)(_train_job, todo.values())
+        for key, acc in zip(todo, results, strict=True):
+            known = {**_read_cache(cache), key: acc}
+            atomic_write(cache, (json.dumps(known, indent=1) + "\n").encode())
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+    return {name: [known[keys[name, seed]] for seed in range(budget.seeds)]
+            for name in genotypes}
+
+
+def random_genotypes(n: int, primitives: Sequence[str] = PRIMITIVES) -> dict[str, Genotype]:
+    """The random baselines: ``random{i}`` drawn from ``key(100 + i)`` in the same space."""
+    return {f"random{i}": random_genotype(random.key(100 + i), primitives=primitives)
+            for i in range(n)}
+
+
+def accuracy_bench(search_dir: Path, budget: Budget, workers: int, archs: list[str],
+                   cache: Path) -> None:
     genotype_path = search_dir / "genotype.json"
     search_s = None
     if not genotype_path.exists() and (not archs or "searched" in archs):
-        result = run_search(search_dir, glyph_halves(), cfg, show_progress=False)
+        result = run_search(search_dir, glyph_halves(), SearchConfig(), show_progress=False)
         search_s = result.seconds
-    candidates = {f"random{i}": random_genotype(random.key(100 + i)) for i in range(3)}
+    candidates = random_genotypes(3)
     if not archs or "searched" in archs:
         candidates = {"searched": Genotype.load(genotype_path), **candidates}
-    jobs = [(name, g, seed) for name, g in candidates.items() for seed in range(seeds)]
-    cache.mkdir(parents=True, exist_ok=True)
-
-    def cached(g: Genotype, seed: int) -> Path:
-        digest = hashlib.sha256(g.to_json().encode()).hexdigest()[:12]
-        return cache / (f"{digest}-C{cfg.C}-L{cfg.layers}-steps{train_steps}-classes{classes}"
-                        f"-seed{seed}.json")
-
-    todo = [(name, g, seed) for name, g, seed in jobs
-            if (name in archs or not archs) and not cached(g, seed).exists()]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        done = pool.map(_train_job, [(g.to_dict(), cfg.C, cfg.layers, train_steps, seed,
-                                      classes) for _, g, seed in todo])
-        for (_, g, seed), acc in zip(todo, done, strict=True):
-            cached(g, seed).write_text(json.dumps({"test_acc": acc}))
     if archs:
+        trained_accuracies({n: g for n, g in candidates.items() if n in archs}, budget, cache,
+                           workers)
         return
-    accs = [json.loads(cached(g, seed).read_text())["test_acc"] for _, g, seed in jobs]
-    rows: list[dict[str, Any]] = []
-    for name, g in candidates.items():
-        mine = [a for (n, _, _), a in zip(jobs, accs, strict=True) if n == name]
-        rows.append({"arch": name, "test_acc": sum(mine) / len(mine), "per_seed": mine,
-                     "skips_normal": g.skips("normal"), "genotype": g.to_dict()})
+    accs = trained_accuracies(candidates, budget, cache, workers)
+    rows: list[dict[str, Any]] = [
+        {"arch": name, "test_acc": statistics.fmean(accs[name]), "per_seed": accs[name],
+         "skips_normal": g.skips("normal"), "genotype": g.to_dict()}
+        for name, g in candidates.items()]
     searched_acc = float(rows[0]["test_acc"])
-    rand = sum(float(r["test_acc"]) for r in rows[1:]) / 3
+    rand = statistics.fmean(float(r["test_acc"]) for r in rows[1:])
     print(f"{'arch':<10}{'test acc':>9}  per seed")
     for r in rows:
         print(f"{r['arch']:<10}{r['test_acc']:>9.3f}  {[round(a, 3) for a in r['per_seed']]}")
     print(f"{'random mean':<10}{rand:>9.3f}   searched - random mean: {searched_acc - rand:+.3f}")
     for r in rows:
-        print(json.dumps({"bench": "darts_accuracy", "train_steps": train_steps,
-                          "classes": classes, **r}))
+        print(json.dumps({"bench": "darts_accuracy", "train_steps": budget.train_steps,
+                          "classes": budget.classes, **r}))
     print(json.dumps({"bench": "darts_accuracy_summary", "searched": searched_acc,
                       "random_mean": rand, "difference": searched_acc - rand,
-                      "train_steps": train_steps, "seeds": seeds, "classes": classes,
-                      "search_seconds": search_s}))
+                      "train_steps": budget.train_steps, "seeds": budget.seeds,
+                      "classes": budget.classes, "search_seconds": search_s}))
+
+
+def searched_genotypes(paths: Sequence[Path],
+                       primitives: Sequence[str] = PRIMITIVES) -> dict[str, Genotype]:
+    """``{label: genotype}`` for genotype.json files or search run directories (their
+    ``genotype.json``); a label is the run directory's name (or the file's stem), made unique."""
+    out: dict[str, Genotype] = {}
+    for path in paths:
+        file = path / "genotype.json" if path.is_dir() else path
+        label = file.parent.name if file.name == "genotype.json" else file.stem
+        label = label if label not in out else f"{label}-{len(out)}"
+        out[label] = Genotype.load(file, primitives=primitives)
+    return out
+
+
+def percentile(value: float, population: Sequence[float]) -> float:
+    """Percentile rank of ``value`` among ``population``: the share below it, ties counted
+    half (50 = the random cells' median, 100 = better than every one)."""
+    below = sum(p < value for p in population)
+    ties = sum(p == value for p in population)
+    return 100.0 * (below + 0.5 * ties) / len(population)
+
+
+def distribution(accs: Mapping[str, list[float]], searched: Sequence[str]) -> dict[str, Any]:
+    """The protocol's figures from per-seed accuracies: each architecture's mean over seeds,
+    the random cells' mean, std (n - 1), min, max and seed-to-seed sd (pooled within cells),
+    and each searched cell's accuracy and percentile among the random cells."""
+    mean = {name: statistics.fmean(a) for name, a in accs.items()}
+    rand = [mean[n] for n in accs if n not in searched]
+    spread = [statistics.variance(a) for n, a in accs.items() if n not in searched and len(a) > 1]
+    return {
+        "random": {"n": len(rand), "mean": statistics.fmean(rand),
+                   "std": statistics.stdev(rand) if len(rand) > 1 else 0.0,
+                   "min": min(rand), "max": max(rand),
+                   "seed_sd": statistics.fmean(spread) ** 0.5 if spread else None},
+        "searched": [{"arch": n, "test_acc": mean[n], "percentile": percentile(mean[n], rand)}
+                     for n in searched],
+        "test_acc": mean,
+    }
+
+
+def plot_distribution(path: Path, summary: Mapping[str, Any], title: str) -> None:
+    """PNG: the random cells' accuracies as a box with every cell as a dot, and a labelled
+    line per searched cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    searched = {s["arch"] for s in summary["searched"]}
+    rand = [a for n, a in summary["test_acc"].items() if n not in searched]
+    fig, ax = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
+    ax.boxplot(rand, orientation="horizontal", widths=0.5, showfliers=False,
+               medianprops={"color": "black"})
+    jitter = [1 + 0.12 * ((i * 0.618) % 1 - 0.5) for i in range(len(rand))]
+    ax.scatter(rand, jitter, color="tab:blue", zorder=3, label=f"random cells (n={len(rand)})")
+    for i, s in enumerate(summary["searched"]):
+        ax.axvline(s["test_acc"], color=f"C{i + 3}", linewidth=2,
+                   label=f"{s['arch']}: {s['test_acc']:.3f} (percentile {s['percentile']:.1f})")
+    ax.set_yticks([])
+    ax.set_xlabel("held-out test accuracy (mean over seeds)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower left", fontsize=8, bbox_to_anchor=(0, 1.12), ncol=2, frameon=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def protocol(paths: Sequence[Path], budget: Budget, *, n_random: int, cache: Path, plot: Path,
+             workers: int, primitives: Sequence[str] = PRIMITIVES) -> dict[str, Any]:
+    """The evaluation protocol: retrain the searched genotypes and ``n_random`` random ones of
+    the same space with the same budget and seeds, score all on held-out classes, print the
+    distribution (table, then JSON lines) and draw it to ``plot``; returns the summary."""
+    searched = searched_genotypes(paths, primitives)
+    candidates = {**searched, **random_genotypes(n_random, primitives)}
+    accs = trained_accuracies(candidates, budget, cache, workers)
+    summary = distribution(accs, list(searched))
+    r = summary["random"]
+    title = (f"{budget.train_steps} steps x {budget.seeds} seeds, C={budget.C}, "
+             f"{budget.layers} cells, {budget.classes} held-out classes")
+    print(f"protocol: {len(candidates)} architectures, {title}")
+    print(f"{'arch':<16}{'kind':<10}{'test acc':>9}{'percentile':>12}  per seed")
+    pct = {s["arch"]: s["percentile"] for s in summary["searched"]}
+    for name, a in accs.items():
+        kind = "searched" if name in searched else "random"
+        rank = f"{pct[name]:>12.1f}" if name in pct else f"{'':>12}"
+        print(f"{name:<16}{kind:<10}{summary['test_acc'][name]:>9.3f}{rank}  "
+              f"{[round(x, 3) for x in a]}")
+    seed_sd = "" if r["seed_sd"] is None else f"; seed-to-seed sd {r['seed_sd']:.3f}"
+    print(f"random cells (n={r['n']}): mean {r['mean']:.3f}, std {r['std']:.3f}, "
+          f"min {r['min']:.3f}, max {r['max']:.3f}{seed_sd}")
+    for name, a in accs.items():
+        row = {"bench": "darts_protocol", "arch": name,
+               "kind": "searched" if name in searched else "random",
+               "test_acc": summary["test_acc"][name], "per_seed": a,
+               "genotype": candidates[name].to_dict()}
+        print(json.dumps({**row, **({"percentile": pct[name]} if name in pct else {})}))
+    plot_distribution(plot, summary, title)
+    print(json.dumps({"bench": "darts_protocol_summary", "random": r,
+                      "searched": summary["searched"], "budget": asdict(budget),
+                      "space": list(primitives), "plot": str(plot)}))
+    return summary
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
 
 
 def main() -> None:
@@ -206,22 +378,47 @@ def main() -> None:
     c.add_argument("--steps", type=int, default=4)
     a = sub.add_parser("accuracy", help="searched vs random architectures")
     a.add_argument("--search-dir", type=Path, default=Path("runs/bench-darts-search"))
-    a.add_argument("--train-steps", type=int, default=200)
-    a.add_argument("--seeds", type=int, default=2)
-    a.add_argument("--workers", type=int, default=2, help="trainings run in parallel")
     a.add_argument("--archs", default="", help="train only these (comma-separated, e.g. "
                    "random0,random1) into the cache and stop; default: all, then report")
-    a.add_argument("--classes", type=int, default=20,
-                   help="held-out characters to classify (evaluation split)")
-    a.add_argument("--cache", type=Path, default=Path("runs/bench-darts-cache"),
-                   help="per-(architecture, seed) accuracies, reused by later runs")
+    pr = sub.add_parser("protocol", help="searched cells against the distribution of random "
+                        "cells of the same space, same budget and seeds")
+    pr.add_argument("searched", type=Path, nargs="+",
+                    help="genotype.json files or search run directories")
+    pr.add_argument("--random", type=_positive, default=8, help="random cells (key(100 + i))")
+    pr.add_argument("--space", type=Path, default=None,
+                    help="search space file (funcgraph.nas.load_space); default: DARTS' ops")
+    pr.add_argument("--plot", type=Path, default=Path("runs/bench-darts-protocol.png"),
+                    help="PNG of the distribution")
+    for part in (a, pr):
+        part.add_argument("--train-steps", type=_positive, default=200)
+        part.add_argument("--seeds", type=_positive, default=2, help="training seeds per cell")
+        part.add_argument("--classes", type=_positive, default=20,
+                          help="held-out characters to classify (evaluation split)")
+        part.add_argument("--channels", "-C", type=_positive, default=8,
+                          help="initial cell width")
+        part.add_argument("--layers", type=_positive, default=5, help="cells in the network")
+        part.add_argument("--workers", type=_positive, default=2,
+                          help="trainings run in parallel (1: in this process)")
+        part.add_argument("--cache", type=Path, default=Path("runs/bench-darts-cache.json"),
+                          help="JSON file of per-(genotype, budget, seed, data) accuracies, "
+                          "reused by later runs")
     args = parser.parse_args()
+    torch.set_num_threads(1)
     if args.part == "cost":
         cost(args.steps)
-    else:
-        archs = [a for a in args.archs.split(",") if a]
-        accuracy_bench(args.search_dir, args.train_steps, args.seeds, args.workers, archs,
-                       args.cache, args.classes)
+        return
+    budget = Budget(train_steps=args.train_steps, classes=args.classes, seeds=args.seeds,
+                    C=args.channels, layers=args.layers)
+    try:
+        if args.part == "accuracy":
+            archs = [a for a in args.archs.split(",") if a]
+            accuracy_bench(args.search_dir, budget, args.workers, archs, args.cache)
+        else:
+            space = PRIMITIVES if args.space is None else load_space(args.space)
+            protocol(args.searched, budget, n_random=args.random, cache=args.cache,
+                     plot=args.plot, workers=args.workers, primitives=space)
+    except FuncgraphError as e:  # a bad path, space or genotype: one line, no traceback
+        sys.exit(f"darts.py {args.part}: {e}")
 
 
 if __name__ == "__main__":

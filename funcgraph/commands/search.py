@@ -13,12 +13,14 @@ from .common import (
     DeviceOption,
     DistTimeoutOption,
     DryRunOption,
+    ImportOption,
     NprocOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
     console,
     distributed_env,
+    import_plugins,
     show_plan,
     use_threads,
     user_errors,
@@ -71,6 +73,10 @@ def search(
     threads: ThreadsOption = 1,
     dry_run: DryRunOption = False,
     tensorboard: TensorBoardOption = False,
+    space: Annotated[Path | None, typer.Option(
+        help="A search space file: {\"primitives\": [\"sep_conv_3x3\", ...]} naming built-in "
+             "ops or ops registered by an --import module (default: DARTS' eight).")] = None,
+    import_: ImportOption = None,
     out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/search"),
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
@@ -88,7 +94,7 @@ def search(
     from .. import distributed, random
     from ..allocator import keep_freed_memory
     from ..errors import ConfigError
-    from ..nas import BilevelConfig, SearchConfig
+    from ..nas import BilevelConfig, SearchConfig, load_space
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
     from ..runs.search import plan_search
@@ -96,6 +102,7 @@ def search(
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
     use_threads(threads)
+    import_plugins(import_)
     if tensorboard:
         require_tensorboard()
 
@@ -109,7 +116,8 @@ def search(
     cfg = SearchConfig(C=channels, layers=layers, epochs=epochs, steps=steps,
                        batch_size=batch_size, partial_channels=partial_channels,
                        skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
-                       bilevel=bilevel)
+                       bilevel=bilevel,
+                       primitives=load_space(space) if space is not None else None)
     data = glyph_halves(num_classes=classes, image_size=image_size)
     if dry_run:
         plan = plan_search(data, cfg)

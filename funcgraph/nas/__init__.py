@@ -1,7 +1,8 @@
 """DARTS architecture search as pure functions: candidate ops, mixed ops, cells, the bilevel
 step with exact hypergradients, the search step, genotype derivation and the discrete
-network. The run around a search (epochs, collapse guard, files) is in
-:mod:`funcgraph.runs`."""
+network, over DARTS' eight ops or a search space of your own (op names and
+``(name, factory)`` pairs, :func:`register_op`, :func:`load_space`). The run around a search
+(epochs, collapse guard, files) is in :mod:`funcgraph.runs`."""
 
 from .bilevel import (
     BilevelConfig,
@@ -25,7 +26,19 @@ from .cell import (
 from .genotype import Genotype, derive_cell, derive_genotype, random_genotype
 from .mixed import channel_shuffle, mixed_op, weighted_sum
 from .network import discrete_cell, network_from_genotype
-from .ops import OPS, PRIMITIVES, factorized_reduce, make_op
+from .ops import (
+    OPS,
+    PRIMITIVES,
+    REGISTERED_OPS,
+    OpFactory,
+    Primitive,
+    factorized_reduce,
+    known_ops,
+    load_space,
+    make_op,
+    primitive_names,
+    register_op,
+)
 from .search import (
     BatchFn,
     ImageBatch,
@@ -41,11 +54,14 @@ __all__ = [
     "ARCH_PREFIX",
     "OPS",
     "PRIMITIVES",
+    "REGISTERED_OPS",
     "BatchFn",
     "BilevelConfig",
     "Genotype",
     "ImageBatch",
     "LossFn",
+    "OpFactory",
+    "Primitive",
     "SearchConfig",
     "SearchData",
     "arch_gradient",
@@ -62,13 +78,17 @@ __all__ = [
     "first_order_gradient",
     "hypergradient",
     "is_arch",
+    "known_ops",
     "layout",
+    "load_space",
     "make_search_step",
     "make_op",
     "mixed_op",
     "network_from_genotype",
     "num_edges",
+    "primitive_names",
     "random_genotype",
+    "register_op",
     "search_cell",
     "search_network",
     "supernet_accuracy",

@@ -9,11 +9,14 @@ reduction cells at 1/3 and 2/3 of its depth and doubles ``C`` there.
 The search network's architecture logits are ordinary params, ``arch.normal`` and
 ``arch.reduce`` (each ``(num_edges, num_ops)``), so
 ``funcgraph.params.partition(params, is_arch)`` splits weights from architecture.
+
+``primitives`` is the search space: op names and ``(name, factory)`` pairs (see
+:mod:`funcgraph.nas.ops`), one architecture column each, DARTS' eight ops by default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +30,7 @@ from ..nn import Children, batch_norm, composite, conv2d, linear, serial
 from ..params import Params, State
 from ..random import Key
 from .mixed import mixed_op
-from .ops import PRIMITIVES, factorized_reduce, relu_conv_bn
+from .ops import PRIMITIVES, Primitive, factorized_reduce, primitive_names, relu_conv_bn
 
 ARCH_PREFIX = "arch"
 STEPS = 4
@@ -65,11 +68,13 @@ def search_cell(
     reduction_prev: bool,
     steps: int = STEPS,
     multiplier: int = MULTIPLIER,
-    primitives: tuple[str, ...] = PRIMITIVES,
+    primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
 ) -> Model:
-    """A search cell: one mixed op per edge. Input ``(s0, s1, weights (num_edges, num_ops))``,
-    output ``(B, multiplier * c, H', W')`` with ``H' = H/2`` for a reduction cell."""
+    """A search cell: one mixed op per edge over the space ``primitives``. Input
+    ``(s0, s1, weights (num_edges, len(primitives)))``, output ``(B, multiplier * c, H', W')``
+    with ``H' = H/2`` for a reduction cell."""
+    names = primitive_names(primitives, where="search_cell")
     edges = edge_inputs(steps)
     children: dict[str, Model] = {
         "preprocess0": preprocess(c_prev_prev, c, halve=reduction_prev, affine=False),
@@ -92,7 +97,7 @@ def search_cell(
         return torch.cat(states[-multiplier:], dim=1)
 
     return composite("search_cell", children, forward, reduction=reduction,
-                     out_channels=multiplier * c)
+                     out_channels=multiplier * c, primitives=list(names))
 
 
 @dataclass(frozen=True)
@@ -172,7 +177,7 @@ def search_network(
     steps: int = STEPS,
     multiplier: int = MULTIPLIER,
     stem_multiplier: int = 3,
-    primitives: tuple[str, ...] = PRIMITIVES,
+    primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
     arch_init_scale: float = 1e-3,
 ) -> Model:
@@ -181,8 +186,11 @@ def search_network(
     Params hold the weights and the architecture logits ``arch.normal`` / ``arch.reduce``
     ``(num_edges, len(primitives))``, initialised ``arch_init_scale * N(0, 1)`` as in DARTS;
     each cell uses the row-wise softmax of its kind's logits. Every batch norm is non-affine
-    except the stem's. H and W must be divisible by 4 (two reductions).
+    except the stem's (user ops are as their factories build them). H and W must be divisible
+    by 4 (two reductions). ``primitives`` is the search space (op names and ``(name, factory)``
+    pairs); ``meta["primitives"]`` holds its names, which genotypes refer to.
     """
+    names = primitive_names(primitives, where="search_network")
     stem, specs = layout(c, layers, stem_multiplier=stem_multiplier, multiplier=multiplier)
     cells = [
         search_cell(s.c_prev_prev, s.c_prev, s.c, reduction=s.reduction,
@@ -190,7 +198,7 @@ def search_network(
                     primitives=primitives, partial_channels=partial_channels)
         for s in specs
     ]
-    shape = (num_edges(steps), len(primitives))
+    shape = (num_edges(steps), len(names))
 
     def arch_init(key: Key) -> tuple[Params, State]:
         kn, kr = random.split(key)
@@ -206,7 +214,7 @@ def search_network(
     return stacked_network(
         "darts_search", cells, specs, stem_channels=stem, in_channels=in_channels,
         num_classes=num_classes, cell_arg=cell_weights, own_init=arch_init,
-        primitives=list(primitives), steps=steps, layers=layers, C=c,
+        primitives=list(names), steps=steps, layers=layers, C=c,
         partial_channels=partial_channels,
     )
 

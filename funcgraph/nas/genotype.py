@@ -10,6 +10,10 @@ The JSON form mirrors DARTS' ``Genotype`` namedtuple::
 
     {"normal": [["sep_conv_3x3", 0], ["skip_connect", 1], ...],   # 2 per node, (op, input)
      "normal_concat": [2, 3, 4, 5], "reduce": [...], "reduce_concat": [2, 3, 4, 5]}
+
+A genotype names its ops; the search space maps the names to ops. Every function here takes
+the space as ``primitives`` (op names and ``(name, factory)`` pairs, DARTS' eight ops by
+default); parsing without a space accepts every known op (built-in or registered).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch import Tensor
 from .. import random
 from ..errors import ConfigError, ShapeError
 from .cell import STEPS, num_edges
-from .ops import OPS, PRIMITIVES
+from .ops import PRIMITIVES, Primitive, known_ops, primitive_names
 
 SKIP = "skip_connect"
 NONE = "none"
@@ -63,8 +67,12 @@ class Genotype:
         Path(path).write_text(self.to_json() + "\n")
 
     @classmethod
-    def from_dict(cls, data: Any, *, where: str = "genotype") -> Genotype:
-        """Parse and validate; a malformed genotype is a :class:`ConfigError` naming the field."""
+    def from_dict(cls, data: Any, *, where: str = "genotype",
+                  primitives: Sequence[Primitive] | None = None) -> Genotype:
+        """Parse and validate; a malformed genotype is a :class:`ConfigError` naming the field.
+        Ops must be of the space ``primitives`` (default: any known op) and not ``none``."""
+        space = known_ops() if primitives is None else primitive_names(primitives, where=where)
+        allowed = [op for op in space if op != NONE]
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
         fields: dict[str, Any] = {}
@@ -81,10 +89,8 @@ class Genotype:
                 if not (isinstance(edge, list | tuple) and len(edge) == 2):
                     raise ConfigError(f"{at}: expected [op, input], got {edge!r}")
                 op, j = edge
-                if op not in OPS or op == NONE:
-                    raise ConfigError(
-                        f"{at}: unknown op {op!r}; expected one of {sorted(set(OPS) - {NONE})}"
-                    )
+                if op not in allowed:
+                    raise ConfigError(f"{at}: unknown op {op!r}; expected one of {allowed}")
                 node = 2 + i // 2
                 if not isinstance(j, int) or isinstance(j, bool) or not 0 <= j < node:
                     raise ConfigError(f"{at}: input of node {node} must be an int in "
@@ -102,8 +108,10 @@ class Genotype:
         return cls(**fields)
 
     @classmethod
-    def load(cls, path: str | Path) -> Genotype:
-        """Read a genotype JSON file; a missing or malformed file is a :class:`ConfigError`."""
+    def load(cls, path: str | Path, *, primitives: Sequence[Primitive] | None = None
+             ) -> Genotype:
+        """Read a genotype JSON file of the space ``primitives`` (default: any known op); a
+        missing or malformed file is a :class:`ConfigError`."""
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"genotype file {p} not found")
@@ -111,13 +119,13 @@ class Genotype:
             data = json.loads(p.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"genotype file {p} is not valid JSON: {e}") from None
-        return cls.from_dict(data, where=str(p))
+        return cls.from_dict(data, where=str(p), primitives=primitives)
 
 
 def derive_cell(
     weights: Tensor,
     *,
-    primitives: Sequence[str] = PRIMITIVES,
+    primitives: Sequence[Primitive] = PRIMITIVES,
     steps: int = STEPS,
     skip_cap: int | None = None,
 ) -> list[Edge]:
@@ -125,20 +133,22 @@ def derive_cell(
 
     Weights may be logits or softmax values (only their order matters within a row; across
     rows DARTS compares softmax values, so pass those). ``skip_cap`` limits skip connections.
+    Column ``k`` is op ``k`` of the space ``primitives``; the edges name those ops.
     """
-    if weights.shape != (num_edges(steps), len(primitives)):
-        raise ShapeError(f"derive_cell: expected weights ({num_edges(steps)}, {len(primitives)}),"
+    names = primitive_names(primitives, where="derive_cell")
+    if weights.shape != (num_edges(steps), len(names)):
+        raise ShapeError(f"derive_cell: expected weights ({num_edges(steps)}, {len(names)}),"
                          f" got {tuple(weights.shape)}")
-    if NONE in primitives:
-        none = primitives.index(NONE)
+    if NONE in names:
+        none = names.index(NONE)
         weights = weights.clone()
         weights[:, none] = -torch.inf
-    if skip_cap is None or SKIP not in primitives:
-        return _top2(weights, primitives, steps)
-    skip = primitives.index(SKIP)
+    if skip_cap is None or SKIP not in names:
+        return _top2(weights, names, steps)
+    skip = names.index(SKIP)
     weights = weights.clone()
     while True:
-        cell = _top2(weights, primitives, steps)
+        cell = _top2(weights, names, steps)
         chosen = [e for e, (op, _) in zip(_chosen_rows(cell, steps), cell, strict=True)
                   if op == SKIP]
         if len(chosen) <= skip_cap:
@@ -179,7 +189,7 @@ def _chosen_rows(cell: list[Edge], steps: int) -> list[int]:
 def derive_genotype(
     weights: Mapping[str, Tensor],
     *,
-    primitives: Sequence[str] = PRIMITIVES,
+    primitives: Sequence[Primitive] = PRIMITIVES,
     steps: int = STEPS,
     skip_cap: int | None = None,
 ) -> Genotype:
@@ -193,11 +203,12 @@ def derive_genotype(
 
 
 def random_genotype(
-    key: Tensor, *, primitives: Sequence[str] = PRIMITIVES, steps: int = STEPS
+    key: Tensor, *, primitives: Sequence[Primitive] = PRIMITIVES, steps: int = STEPS
 ) -> Genotype:
-    """A uniformly random architecture of the same space: for every node two distinct
-    predecessors and, on each, a non-``none`` op (the baseline DARTS is compared against)."""
-    ops = [p for p in primitives if p != NONE]
+    """A uniformly random architecture of the space ``primitives``: for every node two
+    distinct predecessors and, on each, a non-``none`` op (the baseline DARTS is compared
+    against)."""
+    ops = [p for p in primitive_names(primitives, where="random_genotype") if p != NONE]
     cells: dict[str, tuple[Edge, ...]] = {}
     for c, kind in enumerate(("normal", "reduce")):
         edges: list[Edge] = []

@@ -8,6 +8,9 @@ mixed op *is* that op, which is what lets the search relax a discrete choice.
 With ``partial_channels=k`` (PC-DARTS, Xu et al., 2020) only the first ``C/k`` channels go
 through the candidate ops; the rest bypass them (max-pooled at stride 2) and a channel shuffle
 mixes the two parts, so the search holds about ``1/k`` of the activations.
+
+The candidates are a search space (``primitives``: op names and ``(name, factory)`` pairs,
+see :mod:`funcgraph.nas.ops`); the default is DARTS' eight ops.
 """
 
 from __future__ import annotations
@@ -22,17 +25,21 @@ from ..checks import check_sizes
 from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, serial
-from .ops import PRIMITIVES, make_op
+from .ops import PRIMITIVES, Primitive, make_op, primitive_names
+
+POOLS = ("max_pool_3x3", "avg_pool_3x3")
 
 
-def search_op(name: str, c: int, stride: int) -> Model:
-    """Candidate ``name`` as the search builds it: non-affine batch norm, and pools followed
-    by a non-affine batch norm too (DARTS does this so every op's output has a comparable
-    scale under the shared softmax)."""
-    op = make_op(name, c, stride, affine=False)
-    if "pool" in name:
-        op = serial(op, batch_norm(c, affine=False), name=name)
-    return op
+def search_op(
+    name: str, c: int, stride: int, *, primitives: Sequence[Primitive] | None = None
+) -> Model:
+    """Candidate ``name`` (of ``primitives``, default every known op) as the search builds it:
+    the built-in ops with non-affine batch norm, and the built-in pools followed by a
+    non-affine batch norm too (DARTS does this so every op's output has a comparable scale
+    under the shared softmax). A user op is its factory's Model, as in the final network."""
+    op = make_op(name, c, stride, affine=False, primitives=primitives)
+    # user ops may not take a built-in name, so these names are the built-in pools
+    return serial(op, batch_norm(c, affine=False), name=name) if name in POOLS else op
 
 
 def weighted_sum(outputs: Sequence[Tensor], weights: Tensor) -> Tensor:
@@ -55,7 +62,7 @@ def mixed_op(
     c: int,
     stride: int,
     *,
-    primitives: Sequence[str] = PRIMITIVES,
+    primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
 ) -> Model:
     """The DARTS mixed op on ``c`` channels; input ``(x, weights)``, see the module docstring.
@@ -63,7 +70,8 @@ def mixed_op(
     Arguments:
         c: channels of ``x``.
         stride: 1 (shape kept) or 2 (H and W halved).
-        primitives: candidate op names, in the order of ``weights``.
+        primitives: the search space, in the order of ``weights``: op names (built-in or
+            registered) and ``(name, factory)`` pairs, ``factory(C, stride) -> Model``.
         partial_channels: ``k`` of PC-DARTS (1 = plain DARTS); ``c`` must be divisible by it.
     """
     check_sizes("mixed_op", c=c, partial_channels=partial_channels)
@@ -72,7 +80,9 @@ def mixed_op(
         raise ConfigError(f"mixed_op: partial_channels must divide c, got partial_channels={k}, "
                           f"c={c}")
     width = c // k
-    children = {f"ops.{i}": search_op(name, width, stride) for i, name in enumerate(primitives)}
+    names = primitive_names(primitives, where="mixed_op")
+    children = {f"ops.{i}": search_op(name, width, stride, primitives=primitives)
+                for i, name in enumerate(names)}
 
     def forward(run: Children, inputs: tuple[Tensor, Tensor]) -> Tensor:
         x, weights = inputs
@@ -87,7 +97,8 @@ def mixed_op(
             bypass = F.max_pool2d(bypass, 2, 2)
         return channel_shuffle(torch.cat([out, bypass], dim=1), k)
 
-    return composite("mixed_op", children, forward, stride=stride, partial_channels=k)
+    return composite("mixed_op", children, forward, stride=stride, partial_channels=k,
+                     primitives=list(names))
 
 
 __all__ = ["channel_shuffle", "mixed_op", "search_op", "weighted_sum"]

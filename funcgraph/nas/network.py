@@ -3,11 +3,13 @@
 Each cell keeps only the genotype's ops (two per node, affine batch norm), the stack has the
 same layout as the search network (reductions at 1/3 and 2/3 of depth), and an optional
 drop-path (scheduled drop of whole op outputs per example, as DARTS' evaluation uses) draws
-its masks from the key.
+its masks from the key. The genotype names its ops; ``primitives``, the search space (op names
+and ``(name, factory)`` pairs), maps the names to ops, by default every known op.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -19,7 +21,7 @@ from ..model import Model
 from ..nn import Children, composite
 from .cell import layout, preprocess, stacked_network
 from .genotype import Edge, Genotype
-from .ops import make_op
+from .ops import Primitive, make_op
 
 
 def drop_path(x: Tensor, drop_prob: float, key: Tensor) -> Tensor:
@@ -39,15 +41,17 @@ def discrete_cell(
     reduction: bool,
     reduction_prev: bool,
     drop_prob: float = 0.0,
+    primitives: Sequence[Primitive] | None = None,
 ) -> Model:
-    """One genotype cell. Input ``(s0, s1, None)``; output ``(B, len(concat) * c, H', W')``."""
+    """One genotype cell, its ops from the space ``primitives`` (default every known op).
+    Input ``(s0, s1, None)``; output ``(B, len(concat) * c, H', W')``."""
     children: dict[str, Model] = {
         "preprocess0": preprocess(c_prev_prev, c, halve=reduction_prev, affine=True),
         "preprocess1": preprocess(c_prev, c, halve=False, affine=True),
     }
     for e, (op, j) in enumerate(edges):
         stride = 2 if reduction and j < 2 else 1
-        children[f"ops.{e}"] = make_op(op, c, stride, affine=True)
+        children[f"ops.{e}"] = make_op(op, c, stride, affine=True, primitives=primitives)
 
     def forward(run: Children, inputs: tuple[Tensor, Tensor, None]) -> Tensor:
         s0, s1, _ = inputs
@@ -84,6 +88,7 @@ def network_from_genotype(
     in_channels: int = 1,
     stem_multiplier: int = 3,
     drop_path_prob: float = 0.0,
+    primitives: Sequence[Primitive] | None = None,
 ) -> Model:
     """The discrete DARTS network: ``x (B, in_channels, H, W) -> logits (B, num_classes)``.
 
@@ -96,14 +101,19 @@ def network_from_genotype(
         stem_multiplier: stem width is ``stem_multiplier * C``.
         drop_path_prob: per-example probability of dropping an op output in training (needs
             a key); identity ops are never dropped.
+        primitives: the search space the genotype's op names refer to (op names and
+            ``(name, factory)`` pairs); default: every built-in and registered op.
 
     Example::
 
         model = network_from_genotype("run/genotype.json", C=16, layers=8, num_classes=10)
         params, state = model.init(funcgraph.random.key(0))
     """
-    genotype = (genotype_or_path if isinstance(genotype_or_path, Genotype)
-                else Genotype.load(genotype_or_path))
+    if isinstance(genotype_or_path, Genotype):
+        genotype = Genotype.from_dict(genotype_or_path.to_dict(), where="network_from_genotype",
+                                      primitives=primitives)
+    else:
+        genotype = Genotype.load(genotype_or_path, primitives=primitives)
     if not 0.0 <= drop_path_prob < 1.0:
         raise ConfigError(f"network_from_genotype: drop_path_prob must be in [0, 1), "
                           f"got {drop_path_prob}")
@@ -117,7 +127,7 @@ def network_from_genotype(
             genotype.reduce if s.reduction else genotype.normal,
             genotype.reduce_concat if s.reduction else genotype.normal_concat,
             s.c_prev_prev, s.c_prev, s.c, reduction=s.reduction,
-            reduction_prev=s.reduction_prev, drop_prob=drop_path_prob,
+            reduction_prev=s.reduction_prev, drop_prob=drop_path_prob, primitives=primitives,
         )
         for s in specs
     ]

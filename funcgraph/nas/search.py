@@ -26,6 +26,7 @@ from ..params import Params, State
 from ..train import Groups, StepFn, cosine_lr
 from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
 from .cell import search_network
+from .ops import PRIMITIVES
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,12 @@ class SearchData:
 @dataclass(frozen=True)
 class SearchConfig:
     """One search. Defaults are the CPU proxy of ``funcgraph search`` (see docs/darts.md):
-    a 5-cell, C=8 supernet on 16x16 glyphs; the paper's is 8 cells, C=16, 50 epochs."""
+    a 5-cell, C=8 supernet on 16x16 glyphs; the paper's is 8 cells, C=16, 50 epochs.
+
+    ``primitives`` names the search space's ops (built-in or registered with
+    :func:`~funcgraph.nas.register_op`, as :func:`~funcgraph.nas.load_space` returns them);
+    ``None`` is DARTS' eight (:data:`~funcgraph.nas.PRIMITIVES`), and :attr:`space` resolves
+    it. Names only, so the config stays JSON and a resumed run can compare it."""
 
     C: int = 8
     layers: int = 5
@@ -68,6 +74,12 @@ class SearchConfig:
     stop_skips: int | None = 4
     seed: int = 0
     bilevel: BilevelConfig = field(default_factory=BilevelConfig)
+    primitives: tuple[str, ...] | None = None
+
+    @property
+    def space(self) -> tuple[str, ...]:
+        """The op names of the search space: ``primitives``, or PRIMITIVES when unset."""
+        return PRIMITIVES if self.primitives is None else tuple(self.primitives)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,7 +203,7 @@ def build_search_model(cfg: SearchConfig, data: SearchData) -> Model:
     """The supernet ``cfg`` and ``data`` call for."""
     return search_network(cfg.C, cfg.layers, data.num_classes,
                           in_channels=int(data.train_x.shape[1]),
-                          partial_channels=cfg.partial_channels)
+                          partial_channels=cfg.partial_channels, primitives=cfg.space)
 
 
 __all__ = [

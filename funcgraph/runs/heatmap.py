@@ -5,7 +5,7 @@ matplotlib is imported when a map is drawn, never with the package.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torch import Tensor
@@ -14,7 +14,7 @@ from ..nas import PRIMITIVES, edge_inputs
 
 
 def write_heatmap(path: str | Path, weights: Mapping[str, Tensor],
-                  primitives: tuple[str, ...] = PRIMITIVES) -> None:
+                  primitives: Sequence[str] = PRIMITIVES) -> None:
     """A PNG heat map of ``softmax(alpha)``: one panel per cell kind, edges x ops."""
     import matplotlib
 

@@ -204,7 +204,8 @@ def run_search(
 
         def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
             w = arch_weights(arch_params)
-            return w, derive_genotype(w, skip_cap=cfg.skip_cap), derive_genotype(w)
+            return (w, derive_genotype(w, skip_cap=cfg.skip_cap, primitives=cfg.space),
+                    derive_genotype(w, primitives=cfg.space))
 
         def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
             full = {**g["weights"], **g["arch"]}
@@ -245,7 +246,7 @@ def run_search(
         if not env.is_main:
             return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
         genotype.save(run.path / GENOTYPE_FILE)
-        write_heatmap(run.path / HEATMAP_FILE, w)
+        write_heatmap(run.path / HEATMAP_FILE, w, primitives=cfg.space)
         val_acc = supernet_accuracy(model, {**groups["weights"], **groups["arch"]},
                                     groups["state"], data.val_x, data.val_y, batch_stats=True)
         seconds = time.perf_counter() - started
