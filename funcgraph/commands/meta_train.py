@@ -190,7 +190,7 @@ def meta_train(
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"
     if env.is_main:
-        console.print(f"run directory: {out}", highlight=False, markup=False)
+        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
     with distributed.joined(env):
         meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
                    echo=lambda line: console.print(line, highlight=False, markup=False),

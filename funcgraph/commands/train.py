@@ -103,7 +103,7 @@ def train(
         label = "genotype" if genotype else Path(model).stem
         out = Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
     if env.is_main:
-        console.print(f"run directory: {out}", highlight=False, markup=False)
+        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
     with distributed.joined(env):
         fit(cfg, out, resume=resume, device=device, env=env,
             echo=lambda line: console.print(line, highlight=False, markup=False),

@@ -20,12 +20,14 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..errors import RunDirectoryError
+from ..files import atomic_write
 
 LOCK_FILE = ".lock"
 OWNER_FILE = ".owner.json"
 CONFIG_FILE = "config.json"
 OWN_FILES = frozenset({LOCK_FILE, OWNER_FILE})
-"""Files a start that failed before writing its config may leave; such a directory is free."""
+"""Files a start that failed before writing its config may leave; such a directory is free
+(as are the ``.NAME.*.tmp`` files of an atomic write in progress)."""
 
 
 def check_out_dir(path: Path) -> None:
@@ -36,7 +38,8 @@ def check_out_dir(path: Path) -> None:
     if not path.is_dir() or (path / CONFIG_FILE).exists():
         return
     try:
-        others = sorted(p.name for p in path.iterdir() if p.name not in OWN_FILES)
+        others = sorted(p.name for p in path.iterdir() if p.name not in OWN_FILES
+                        and not (p.name.startswith(".") and p.name.endswith(".tmp")))
     except OSError as e:
         raise RunDirectoryError(f"--out {path}: cannot be read ({e.strerror})") from None
     if others:
@@ -66,7 +69,7 @@ class RunLock:
                                     f"({e.strerror or e})") from None
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        (self.path / OWNER_FILE).write_text(json.dumps(owner))
+        atomic_write(self.path / OWNER_FILE, json.dumps(owner).encode())
         return self
 
     def release(self) -> None:
@@ -76,11 +79,17 @@ class RunLock:
             self._lock.release(force=True)
 
     def _holder(self) -> str:
-        try:
-            owner = json.loads((self.path / OWNER_FILE).read_text())
-            return f"process {owner['pid']} on {owner['host']} (since {owner['since']})"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another process"
+        """Who holds the lock, from its owner file; the holder writes that file just after
+        taking the lock, so a contender that comes in between waits for it a moment."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                owner = json.loads((self.path / OWNER_FILE).read_text())
+                return f"process {owner['pid']} on {owner['host']} (since {owner['since']})"
+            except (OSError, ValueError, KeyError, TypeError):
+                if time.monotonic() > deadline:
+                    return "another process"
+                time.sleep(0.05)
 
 
 __all__ = ["LOCK_FILE", "OWNER_FILE", "RunLock", "check_out_dir"]
