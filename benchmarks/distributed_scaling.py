@@ -10,6 +10,10 @@ which includes waiting for the slower rank, divided by the step time).
 Example::
 
     python benchmarks/distributed_scaling.py --steps 20 --nprocs 1 2
+    python benchmarks/distributed_scaling.py --steps 20 --nprocs 1 2 --threads 1
+
+``--threads`` fixes the threads of every process instead: ``--threads 1`` compares with one
+process at meta-train's default (and fastest measured) setting of one thread.
 """
 
 from __future__ import annotations
@@ -24,8 +28,13 @@ import tempfile
 from pathlib import Path
 
 
-def run(nproc: int, steps: int, meta_batch: int, cores: int, out: Path) -> list[dict]:
-    threads = str(max(1, cores // nproc))
+def threads_for(nproc: int, cores: int, threads: int | None) -> int:
+    return threads if threads is not None else max(1, cores // nproc)
+
+
+def run(nproc: int, steps: int, meta_batch: int, cores: int, out: Path,
+        threads_each: int | None = None) -> list[dict]:
+    threads = str(threads_for(nproc, cores, threads_each))
     env = {**os.environ, "OMP_NUM_THREADS": threads}
     cmd = [sys.executable, "-m", "funcgraph", "meta-train", "--tasks", "5way1shot",
            "--threads", threads,
@@ -42,17 +51,22 @@ def main() -> None:
     ap.add_argument("--meta-batch", type=int, default=32)
     ap.add_argument("--nprocs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads per process for every configuration (default cores // nproc)"
+                         "; --threads 1 compares N processes with one process at meta-train's "
+                         "default of one thread")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for nproc in args.nprocs:
             records = run(nproc, args.steps, args.meta_batch, args.cores,
-                          Path(tmp) / f"n{nproc}")
+                          Path(tmp) / f"n{nproc}", args.threads)
             # metrics.jsonl logs every 10 steps a running rate; take per-record rates after the
             # first record (which includes warm-up).
             rates = [r["tasks_per_s"] for r in records[1:]] or [records[-1]["tasks_per_s"]]
             comm = [r["comm_s"] for r in records if "comm_s" in r]
-            rows.append({"nproc": nproc, "threads_each": max(1, args.cores // nproc),
+            rows.append({"nproc": nproc,
+                         "threads_each": threads_for(nproc, args.cores, args.threads),
                          "tasks_per_s": statistics.median(rates),
                          "comm_s_per_step": statistics.median(comm) if comm else 0.0,
                          "s_per_step": args.meta_batch / statistics.median(rates)})

@@ -1,6 +1,7 @@
 """One MAML meta-step: funcgraph against a clone-and-adapt per-task loop, same math, same run.
 
-The baseline is what learn2learn does: for each task, clone the module's parameters (the
+The baseline re-implements learn2learn's method here (learn2learn itself is not installed
+or run; its overheads are not measured): for each task, clone the module's parameters (the
 clones stay in the autograd graph), adapt with ``torch.autograd.grad(create_graph=True)`` and
 by swapping the adapted tensors into the module, then ``backward()`` the query loss into the
 shared parameters; Adam steps once per meta-batch. funcgraph runs the same computation as a
@@ -54,7 +55,7 @@ from funcgraph.train import adam
 
 
 def clone_module(module: nn.Module) -> nn.Module:
-    """learn2learn's ``clone_module``: a shallow copy with graph-connected parameter clones."""
+    """After learn2learn's ``clone_module``: a shallow copy with graph-connected clones."""
     clone = module.__new__(type(module))
     clone.__dict__ = module.__dict__.copy()
     clone._parameters = {k: p.clone() for k, p in module._parameters.items()  # type: ignore[misc]
@@ -64,7 +65,7 @@ def clone_module(module: nn.Module) -> nn.Module:
 
 
 def update_module(module: nn.Module, grads: dict[str, Tensor], lr: float, prefix: str = "") -> None:
-    """learn2learn's ``update_module``: swap ``p - lr * g`` in for every parameter."""
+    """After learn2learn's ``update_module``: swap ``p - lr * g`` in for every parameter."""
     params: dict[str, Tensor | None] = module._parameters  # type: ignore[assignment]
     for k, p in list(params.items()):
         if p is not None:

@@ -21,12 +21,12 @@ from funcgraph.nas import (
     arch_gradient,
     arch_weights,
     derive_genotype,
-    glyph_halves,
     is_arch,
     network_from_genotype,
     search_network,
 )
 from funcgraph.params import Params, partition
+from funcgraph.runs import glyph_halves
 from funcgraph.train import cosine_lr
 
 

@@ -30,8 +30,8 @@ def test_deterministic_per_key() -> None:
     a = sinusoid_tasks(random.key(7), 3, 5, 5)
     b = sinusoid_tasks(random.key(7), 3, 5, 5)
     c = sinusoid_tasks(random.key(8), 3, 5, 5)
-    assert torch.equal(a.query_y, b.query_y)
-    assert not torch.equal(a.query_y, c.query_y)
+    assert torch.equal(a.query_y, b.query_y), "the same key must give the same tasks"
+    assert not torch.equal(a.query_y, c.query_y), "different keys gave the same tasks"
 
 
 def test_bad_counts() -> None:

@@ -56,7 +56,7 @@ def test_grad_tap_under_func_grad() -> None:
     grads: list[torch.Tensor] = []
     g = torch.func.grad(tapped_loss([], grads))(W, X)
     g_ref = torch.func.grad(lambda w: (torch.tanh(X @ w) ** 2).sum())(W)
-    assert torch.equal(g, g_ref)
+    assert torch.equal(g, g_ref), "taps changed the gradient"
     torch.testing.assert_close(grads[0], 2 * torch.tanh(X @ W))
 
 
@@ -84,7 +84,7 @@ def f(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def test_trace_dispatch_records_ops_shapes_dtype_device() -> None:
     t = trace(f)(W, X)
-    assert torch.equal(t.output, f(W, X))
+    assert torch.equal(t.output, f(W, X)), "tracing changed the output"
     names = t.names()
     assert "aten.tanh" in names and "aten.sum" in names
     tanh = t.ops[names.index("aten.tanh")]
@@ -110,7 +110,7 @@ def test_trace_levels_under_vmap_report_physical_vs_logical_shapes() -> None:
 def test_trace_dispatch_under_grad_records_backward_ops() -> None:
     t = trace(torch.func.grad(f))(W, X)
     assert "aten.tanh_backward" in t.names()
-    assert torch.equal(t.output, torch.func.grad(f)(W, X))
+    assert torch.equal(t.output, torch.func.grad(f)(W, X)), "tracing changed the gradient"
 
 
 def test_trace_follows_cond_into_the_branch_taken() -> None:
@@ -172,7 +172,7 @@ def test_finite_check_catches_nan_born_in_backward() -> None:
 def test_finite_check_reports_non_finite_inputs_and_passes_clean_code() -> None:
     with pytest.raises(NonFiniteError, match="already non-finite"):
         check_finite(torch.sin)(torch.tensor([float("nan")]))
-    assert torch.equal(check_finite(f)(W, X), f(W, X))
+    assert torch.equal(check_finite(f)(W, X), f(W, X)), "check_finite changed the output"
 
 
 def test_finite_check_covers_tensor_backward() -> None:

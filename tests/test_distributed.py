@@ -62,7 +62,7 @@ def test_shards_are_disjoint_and_cover_the_batch():
     assert covered == list(range(32))
     k = random.key(3)
     assert torch.equal(torch.cat([distributed.rank_keys(k, 32, e) for e in envs]),
-                       random.split(k, 32))
+                       random.split(k, 32)), "the ranks' keys, in rank order, are split(k, 32)"
     with pytest.raises(DistributedError, match="does not split evenly over 4"):
         distributed.shard(30, envs[0])
 
@@ -90,7 +90,7 @@ def test_resumed_two_rank_run_equals_uninterrupted(tmp_path, straight_run):
     assert codes == [0, 0], outs
     resumed, _ = load_checkpoint(tmp_path / "a" / "final")
     for n in straight_run:
-        assert torch.equal(resumed["params"][n], straight_run[n])
+        assert torch.equal(resumed["params"][n], straight_run[n]), f"{n} differs after resume"
 
 
 def test_dead_rank_ends_the_job_with_a_clear_error(tmp_path):

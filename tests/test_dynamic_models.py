@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence
+from torch.overrides import TorchFunctionMode
 
 from funcgraph import random
 from funcgraph.data.sequences import SequenceTask
@@ -48,9 +50,33 @@ def test_exit_set_follows_threshold(threshold: float) -> None:
     params, state, x = _trained_state()
     model = early_exit_cnn(num_classes=4, width=4, threshold=threshold)
     out, _ = model.apply(params, state, x)
-    assert torch.equal(out.exited, out.continue_prob <= threshold)
+    assert torch.equal(out.exited, out.continue_prob <= threshold), (
+        f"threshold {threshold}: exited {out.exited} vs continue_prob {out.continue_prob}")
     torch.testing.assert_close(out.logits[out.exited], out.exit_logits[out.exited],
                                msg="exiting samples must return the exit head's logits")
+
+
+class _Block2Inputs(TorchFunctionMode):
+    """Records the input of every ``F.conv2d`` whose weight is block2.conv1's ``(8, 4, 3, 3)``
+    (width 4: the only conv from ``width`` to ``2 * width`` channels), i.e. the rows block2
+    receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: list[Tensor] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is F.conv2d and tuple(args[1].shape) == (8, 4, 3, 3):
+            self.inputs.append(args[0].detach().clone())
+        return func(*args, **(kwargs or {}))
+
+
+def _block2_inputs(model_threshold: float, params: Params, state: dict[str, Tensor],
+                   x: Tensor) -> tuple[list[Tensor], Tensor]:
+    model = early_exit_cnn(num_classes=4, width=4, threshold=model_threshold)
+    with _Block2Inputs() as seen:
+        out, _ = model.apply(params, state, x)
+    return seen.inputs, out.exited
 
 
 def test_all_exit_skips_the_second_block() -> None:
@@ -58,16 +84,36 @@ def test_all_exit_skips_the_second_block() -> None:
     for threshold, ran in ((1.0, False), (0.0, True)):
         model = early_exit_cnn(num_classes=4, width=4, threshold=threshold)
         out, _ = model.apply(params, state, x)
-        assert bool(out.exited.all()) != ran
+        assert bool(out.exited.all()) != ran, f"threshold {threshold}: exited {out.exited}"
+    # block2 sees exactly the continuing rows: none when all exit, all when none does, and for
+    # a threshold in between the continuing samples' block1 features, in batch order.
+    inputs, exited = _block2_inputs(1.0, params, state, x)
+    assert bool(exited.all()) and inputs == [], (
+        f"all samples exit, yet block2 ran on {[tuple(t.shape) for t in inputs]}")
+    everyone, exited = _block2_inputs(0.0, params, state, x)
+    assert not bool(exited.any()) and len(everyone) == 1, (
+        f"no sample exits: block2.conv1 should run once, ran {len(everyone)} times")
+    assert everyone[0].shape[0] == x.shape[0], (
+        f"block2 got {everyone[0].shape[0]} rows, expected all {x.shape[0]}")
+    probe = early_exit_cnn(num_classes=4, width=4).apply(params, state, x)[0].continue_prob
+    some, exited = _block2_inputs(float(probe.median()), params, state, x)
+    continuing = int((~exited).sum())
+    assert 0 < continuing < x.shape[0], "the test needs both exiting and continuing samples"
+    assert len(some) == 1 and some[0].shape[0] == continuing, (
+        f"block2 got {[t.shape[0] for t in some]} rows, expected one call on the "
+        f"{continuing} continuing samples")
+    torch.testing.assert_close(some[0], everyone[0][~exited], rtol=0, atol=0,
+                               msg="block2's rows must be the continuing samples' features")
     # In training the sampled decisions depend only on the key; block2's batch-norm state
     # moves only when some sample continued.
     model = early_exit_cnn(num_classes=4, width=4)
     a, sa = model.apply(params, state, x, key=random.key(5), train=True)
     b, _ = model.apply(params, state, x, key=random.key(5), train=True)
-    assert torch.equal(a.exited, b.exited)
+    assert torch.equal(a.exited, b.exited), "training exit decisions depend only on the key"
     moved = not torch.equal(sa["block2.conv1.bn.running_mean"],
                             state["block2.conv1.bn.running_mean"])
-    assert moved == bool((~a.exited).any())
+    assert moved == bool((~a.exited).any()), (
+        f"block2's running mean moved={moved}, but continuing samples={int((~a.exited).sum())}")
     with pytest.raises(KeyMissingError):
         model.apply(params, state, x, train=True)
 

@@ -519,7 +519,6 @@ def test_describe_params_marks_inferred_required_optional_and_slots() -> None:
 
 
 def test_stochastic_depth_block_equals_code_and_post_sees_the_body_output() -> None:
-    sd = pytest.importorskip("funcgraph.nn.stochastic_depth")
     config = {"input_shape": [2, 3, 6, 6], "layers": [{
         "type": "stochastic_depth", "name": "block", "params": {"drop_prob": 0.5},
         "body": [{"type": "conv2d", "name": "conv", "params": {"out_channels": 4,
@@ -528,7 +527,7 @@ def test_stochastic_depth_block_equals_code_and_post_sees_the_body_output() -> N
         "shortcut": {"type": "conv2d", "params": {"out_channels": 4, "kernel_size": 1}},
         "post": {"type": "batch_norm"}}]}  # num_features inferred from the body's 4 channels
     built = build(config)
-    code = nn.serial({"block": sd.stochastic_depth(
+    code = nn.serial({"block": nn.stochastic_depth(
         nn.serial({"conv": nn.conv2d(3, 4, 3, padding=1), "bn": nn.batch_norm(4)}), 0.5,
         shortcut=nn.conv2d(3, 4, 1), post=nn.batch_norm(4))})
     p_code, s_code = code.init(random.key(0))

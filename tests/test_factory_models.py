@@ -17,7 +17,7 @@ from funcgraph.model import Model
 
 
 def _code(module: str, attr: str) -> Callable[..., Model]:
-    return getattr(pytest.importorskip(module), attr)
+    return getattr(importlib.import_module(module), attr)
 
 
 def _images(channels: int, size: int) -> torch.Tensor:
@@ -40,7 +40,7 @@ DARTS_V2 = {  # Liu et al. 2019, written out again here so the shipped config is
 }
 
 def _darts_v2(**kwargs: Any) -> Model:
-    nas = pytest.importorskip("funcgraph.nas")
+    from funcgraph import nas
     return nas.network_from_genotype(nas.Genotype.from_dict(DARTS_V2), **kwargs)
 
 

@@ -114,8 +114,35 @@ def test_evaluate_is_deterministic_and_independent_of_batching() -> None:
 
     a = evaluate(learner, params, sample, key=random.key(1), episodes=12, batch=4)
     b = evaluate(learner, params, sample, key=random.key(1), episodes=12, batch=4)
-    assert a == b, "same key, same result"
-    assert a.metric_name == "mse" and a.episodes == 12 and a.ci95 > 0
+    assert a == b, f"same key, same result: {a} vs {b}"
+    assert a.metric_name == "mse" and a.episodes == 12 and a.ci95 > 0, f"unexpected {a}"
+
+    # The same 12 tasks evaluated in batches of 12, 5 (a short last batch), 4 and 1, looped
+    # and vmapped: a sampler that serves batch i the pool's rows [i * batch, i * batch + n)
+    # (evaluate draws batch i with fold_in(key, i), so the sampler can tell which batch it is).
+    key = random.key(1)
+    pool = sine_tasks(7, 12, 5)
+    index = {tuple(random.fold_in(key, i).tolist()): i for i in range(12)}
+
+    def pooled(batch: int):  # type: ignore[no-untyped-def]
+        def sample(batch_key: torch.Tensor, n: int) -> Task:
+            start = index[tuple(batch_key.tolist())] * batch
+            return Task(*(t[start:start + n] for t in pool))
+        return sample
+
+    whole = evaluate(learner, params, pooled(12), key=key, episodes=12, batch=12)
+    assert whole.episodes == 12 and whole.ci95 > 0, f"unexpected {whole}"
+    for batch in (5, 4, 1):
+        looped = evaluate(learner, params, pooled(batch), key=key, episodes=12, batch=batch)
+        assert looped == whole, f"batch={batch}: {looped} != batch=12: {whole}"
+    for batch in (12, 5):
+        mapped = evaluate(learner, params, pooled(batch), key=key, episodes=12, batch=batch,
+                          strategy="vmap")
+        for field in ("mean", "ci95", "loss"):
+            assert math.isclose(getattr(mapped, field), getattr(whole, field),
+                                rel_tol=1e-12), (
+                f"vmap batch={batch} {field}: {getattr(mapped, field)} vs loop "
+                f"{getattr(whole, field)}")
 
 
 def test_auto_strategy_is_the_measured_default_and_measure_picks_the_faster() -> None:

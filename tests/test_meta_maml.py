@@ -6,6 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.func import functional_call
+from torch.overrides import TorchFunctionMode
 
 from funcgraph import bind, random
 from funcgraph.errors import ConfigError
@@ -22,6 +24,7 @@ from funcgraph.meta import (
     task_evals,
 )
 from funcgraph.models import conv4
+from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
 
 DT = torch.float64
@@ -210,3 +213,70 @@ def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
     got, _ = compiled(params, tasks.pick(0))
     want = reference_meta_grad(apply, params, tasks, steps=1, lr=0.3, first_order=False)
     assert_grads_close(got, want, "compiled maml")
+
+
+# --- against the torch.nn twin at the real width --------------------------------------------
+
+WIDE = 64  # the MAML paper's width: the first block's 9-wide patches take the covariance path
+
+
+def module_meta_grad(params: Params, tasks: Task, *, steps: int, lr: float) -> dict[str, Tensor]:
+    """Second-order MAML on ``conv4_module`` (``torch.nn.Conv2d``/``BatchNorm2d``, native
+    kernels, no funcgraph code in the forward): ``torch.autograd.grad(create_graph=True)``
+    in a Python loop over tasks, the fast weights substituted with ``functional_call``."""
+    net = conv4_module(WAYS, hidden=WIDE, image_size=8).double()
+    net.load_state_dict(params)
+    leaves = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
+    total = torch.zeros((), dtype=DT)
+    for t in range(tasks.num_tasks):
+        fast = dict(leaves)
+        for _ in range(steps):
+            loss = F.cross_entropy(functional_call(net, fast, (tasks.support_x[t],)),
+                                   tasks.support_y[t])
+            grads = torch.autograd.grad(loss, list(fast.values()), create_graph=True)
+            fast = {n: p - lr * g for (n, p), g in zip(fast.items(), grads, strict=True)}
+        total = total + F.cross_entropy(functional_call(net, fast, (tasks.query_x[t],)),
+                                        tasks.query_y[t])
+    grads = torch.autograd.grad(total / tasks.num_tasks, list(leaves.values()))
+    return dict(zip(leaves, grads, strict=True))
+
+
+@pytest.fixture(scope="module")
+def wide_case() -> tuple[BoundApply, Params, Task, dict[str, Tensor]]:
+    model = conv4(WAYS, hidden=WIDE, image_size=8, dtype=DT)
+    assert model.meta["hidden"] == WIDE
+    params, state = model.init(random.key(11))
+    tasks = tiny_tasks(12, tasks=2)
+    want = module_meta_grad(params, tasks, steps=2, lr=0.3)
+    return bind(model, state), params, tasks, want
+
+
+class _Unfolds(TorchFunctionMode):
+    """Counts ``F.unfold`` calls: :func:`funcgraph.nn.patch_moments`, the fused path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += func is F.unfold
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_wide_first_block_takes_the_patch_covariance_path(wide_case: tuple) -> None:
+    apply, params, tasks, _ = wide_case
+    with _Unfolds() as seen:
+        apply(params, tasks.support_x[0])
+    assert seen.count == 1, (
+        f"conv4 at hidden={WIDE}: the first block (only) should take the patch-moment path, "
+        f"F.unfold ran {seen.count} times")
+
+
+@pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_maml_equals_the_torch_nn_twin_at_width_64(wide_case: tuple, strategy: str,
+                                                   remat: bool) -> None:
+    apply, params, tasks, want = wide_case
+    learner = maml(apply, inner_steps=2, inner_lr=0.3, remat=remat)
+    got, _, _ = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy)
+    assert_grads_close(got, want, f"maml {strategy} remat={remat} vs torch.nn conv4")

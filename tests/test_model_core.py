@@ -23,7 +23,8 @@ def test_bind_gives_plain_function_that_grad_and_vmap_compose_with():
     assert set(grads) == set(params)
     stacked = funcgraph.params.stack([params, model.init(random.key(1))[0]])
     ys = torch.func.vmap(f, in_dims=(0, None))(stacked, x)
-    assert torch.allclose(ys[1], f(model.init(random.key(1))[0], x))
+    torch.testing.assert_close(ys[1], f(model.init(random.key(1))[0], x),
+                               msg="vmap over stacked params: row 1 != the second model alone")
 
 
 def test_composite_splits_keys_per_child():

@@ -1,6 +1,7 @@
 """run_search on synthetic tensors: outputs, resume bit-identical, collapse guard; CLI errors."""
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,14 @@ from typer.testing import CliRunner
 from funcgraph import random
 from funcgraph.cli import app
 from funcgraph.errors import CheckpointError, ConfigError, ShapeError
-from funcgraph.nas import BilevelConfig, Genotype, SearchConfig, SearchData
+from funcgraph.nas import (
+    BilevelConfig,
+    Genotype,
+    SearchConfig,
+    SearchData,
+    arch_weights,
+    derive_genotype,
+)
 from funcgraph.runs import run_search
 from funcgraph.runs import search as search_module
 from funcgraph.train import Run
@@ -46,9 +54,31 @@ def test_search_writes_genotype_history_heatmap_and_summary(whole: tuple[Path, A
         assert isinstance(h["skips_normal"], int)
     assert (run / "alphas.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((run / "search.json").read_text())
-    assert summary["steps_done"] == 2 and not summary["stopped_early"]
-    kinds = {r["kind"] for r in Run.open(run).metrics()}
-    assert {"train", "validation"} <= kinds
+    assert summary["steps_done"] == 2 and not summary["stopped_early"], summary
+    records = Run.open(run).metrics()
+    kinds = {r["kind"] for r in records}
+    assert {"train", "validation"} <= kinds, kinds
+    # The genotype: two edges into each of the 4 nodes, from two distinct earlier nodes, and
+    # it is the one derived from the final alphas in the last checkpoint (whose softmax is
+    # the last history record).
+    g = result.genotype
+    for kind in ("normal", "reduce"):
+        edges = getattr(g, kind)
+        assert len(edges) == 8, f"{kind}: {len(edges)} edges, expected 2 per node x 4 nodes"
+        for node in range(4):
+            (_, a), (_, b) = edges[2 * node:2 * node + 2]
+            assert a != b and 0 <= a < node + 2 and 0 <= b < node + 2, (
+                f"{kind} node {node}: inputs {a}, {b} must be distinct earlier nodes")
+        assert getattr(g, f"{kind}_concat") == (2, 3, 4, 5), f"{kind} concat"
+    weights = arch_weights(Run.open(run).load("last")[0]["arch"])
+    assert g == derive_genotype(weights, skip_cap=CFG.skip_cap), (
+        "the written genotype is not the derivation of the final alphas")
+    for kind in ("normal", "reduce"):
+        torch.testing.assert_close(torch.tensor(history[-1][kind]), weights[kind], atol=1e-6,
+                                   rtol=0, msg=f"last history record vs final {kind} alphas")
+    assert 0.0 <= result.val_acc <= 1.0 and summary["val_acc"] == result.val_acc, summary
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses), losses
 
 
 def test_resume_after_ctrl_c_is_bit_identical(
@@ -97,7 +127,12 @@ def test_second_order_and_partial_channels_run(tmp_path: Path) -> None:
     cfg = SearchConfig(C=4, layers=3, steps=1, batch_size=8, partial_channels=2, skip_cap=1,
                        stop_skips=None, bilevel=BilevelConfig(order="second"))
     result = run_search(tmp_path / "run", DATA, cfg, show_progress=False)
-    assert result.genotype.skips("normal") <= 1 and result.genotype.skips("reduce") <= 1
+    g = result.genotype
+    assert g.skips("normal") <= 1 and g.skips("reduce") <= 1, f"skip_cap=1 exceeded: {g}"
+    assert len(g.normal) == len(g.reduce) == 8, f"2 edges per node x 4 nodes: {g}"
+    weights = arch_weights(Run.open(tmp_path / "run").load("last")[0]["arch"])
+    assert g == derive_genotype(weights, skip_cap=1), "not derived from the final alphas"
+    assert result.steps_done == 1 and 0.0 <= result.val_acc <= 1.0, result
 
 
 def test_user_mistakes_are_clear_errors(tmp_path: Path, whole: tuple[Path, Any]) -> None:

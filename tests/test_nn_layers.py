@@ -455,7 +455,7 @@ def test_composite_does_not_mutate_with_dropout_and_batch_norm() -> None:
     assert int(new_state["1.num_batches_tracked"]) == 1
     _unchanged(saved[0], params, "params")
     _unchanged(saved[1], state, "state")
-    assert torch.equal(x, x_saved)
+    assert torch.equal(x, x_saved), "apply mutated its input"
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -463,7 +463,7 @@ def test_channels_last_keeps_values_and_makes_convolutions_channels_last(channel
     x = torch.randn(2, channels, 5, 6)
     w = torch.randn(4, channels, 3, 3)
     y = fg.nn.channels_last(x)
-    assert torch.equal(y, x)
+    assert torch.equal(y, x), "channels_last changed the values"
     out = torch.nn.functional.conv2d(y, w, padding=1)
     assert out.stride()[1] == 1, "channels-last output (NHWC strides)"
     plain = torch.nn.functional.conv2d(x, w, padding=1)

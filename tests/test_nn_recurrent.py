@@ -253,7 +253,8 @@ def test_apply_does_not_mutate_inputs(kind: str) -> None:
     before = ({n: p.clone() for n, p in params.items()}, x.clone(), lengths.clone())
     model.apply(params, state, (x, lengths))
     assert fg.params.allclose(params, before[0], rtol=0, atol=0)
-    assert torch.equal(x, before[1]) and torch.equal(lengths, before[2])
+    assert torch.equal(x, before[1]), "apply mutated its input"
+    assert torch.equal(lengths, before[2]), "apply mutated the lengths"
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

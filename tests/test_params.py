@@ -39,11 +39,12 @@ def test_zip_map_tree_map_and_errors():
     a = {"w": torch.ones(2), "b": torch.zeros(1)}
     g = {"w": torch.full((2,), 2.0), "b": torch.ones(1)}
     out = P.zip_map(lambda p, q: p - 0.5 * q, a, g)
-    assert torch.equal(out["w"], torch.zeros(2)) and torch.equal(out["b"], -0.5 * torch.ones(1))
+    assert torch.equal(out["w"], torch.zeros(2)), f"zip_map w: {out['w']}"
+    assert torch.equal(out["b"], -0.5 * torch.ones(1)), f"zip_map b: {out['b']}"
     assert torch.equal(a["w"], torch.ones(2)), "zip_map mutated its input"
     with pytest.raises(ValueError, match=r"missing \['b'\]"):
         P.zip_map(torch.add, a, {"w": torch.ones(2)})
-    assert torch.equal(P.tree_map(torch.neg, a)["w"], -torch.ones(2))
+    assert torch.equal(P.tree_map(torch.neg, a)["w"], -torch.ones(2)), "tree_map(neg) of ones"
     with pytest.raises(ValueError, match="more than one dict"):
         P.merge(a, {"w": torch.ones(2)})
 

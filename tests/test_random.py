@@ -38,9 +38,11 @@ def test_key_words_hold_the_seed():
 
 def test_same_key_same_numbers_and_different_keys_differ():
     k = random.key(42)
-    assert torch.equal(random.uniform(k, (100,)), random.uniform(k, (100,)))
+    assert torch.equal(random.uniform(k, (100,)), random.uniform(k, (100,))), (
+        "the same key gave different numbers")
     a, b = random.split(k)
-    assert not torch.equal(random.uniform(a, (100,)), random.uniform(b, (100,)))
+    assert not torch.equal(random.uniform(a, (100,)), random.uniform(b, (100,))), (
+        "split keys gave the same numbers")
 
 
 def test_no_collisions_among_split_keys():
@@ -109,7 +111,7 @@ def test_vmap_over_keys_equals_loop_over_keys():
 
     batched = torch.func.vmap(draw)(keys)
     looped = torch.stack([draw(k) for k in keys])
-    assert torch.equal(batched, looped)
+    assert torch.equal(batched, looped), "vmap over keys != a loop over them"
     assert not torch.equal(batched[0], batched[1]), "vmapped keys gave identical streams"
 
 
@@ -117,7 +119,7 @@ def test_vmap_split_and_bernoulli():
     keys = random.split(random.key(12), 4)
     batched = torch.func.vmap(lambda k: random.bernoulli(random.split(k)[1], 0.5, (8,)))(keys)
     looped = torch.stack([random.bernoulli(random.split(k)[1], 0.5, (8,)) for k in keys])
-    assert torch.equal(batched, looped)
+    assert torch.equal(batched, looped), "vmapped bernoulli != a loop over the keys"
 
 
 def test_missing_or_malformed_key_is_a_clear_error():
@@ -133,7 +135,7 @@ def test_global_generator_untouched():
     before = torch.random.get_rng_state()
     random.normal(random.key(0), (100,))
     random.permutation(random.key(0), 10)
-    assert torch.equal(before, torch.random.get_rng_state())
+    assert torch.equal(before, torch.random.get_rng_state()), "torch's global RNG state moved"
 
 
 @given(st.integers(min_value=0, max_value=2**64 - 1), st.integers(1, 40))

@@ -41,7 +41,8 @@ def test_assert_pure_accepts_a_keyed_model_and_returns_the_output() -> None:
     params, state = model.init(random.key(0))
     x = torch.ones(2, 3)
     y, _ = assert_pure(model.apply, params, state, x, key=random.key(1), train=True)
-    assert torch.equal(y, model.apply(params, state, x, key=random.key(1), train=True)[0])
+    assert torch.equal(y, model.apply(params, state, x, key=random.key(1), train=True)[0]), (
+        "assert_pure must return the model's own output")
 
 
 def test_assert_pure_names_the_mutated_argument() -> None:
@@ -197,7 +198,8 @@ def test_matches_module_leaves_the_module_untouched() -> None:
     module = torch_mlp()
     before = {n: t.clone() for n, t in module.state_dict().items()}
     assert_matches_module(mlp(), module, torch.randn(2, 3))
-    assert all(torch.equal(before[n], t) for n, t in module.state_dict().items())
+    changed = [n for n, t in module.state_dict().items() if not torch.equal(before[n], t)]
+    assert not changed, f"the module's state changed: {changed}"
 
 
 def test_matches_module_reports_missing_and_extra_names() -> None:

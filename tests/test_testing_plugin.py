@@ -24,12 +24,13 @@ def test_key_fixture_depends_only_on_the_seed_and_the_test_id(
     key: torch.Tensor, funcgraph_seed: int, request: pytest.FixtureRequest
 ) -> None:
     expected = random.fold_in(random.key(funcgraph_seed), zlib.crc32(request.node.nodeid.encode()))
-    assert torch.equal(key, expected)
+    assert torch.equal(key, expected), f"key {key} != fold_in(seed, crc32(id)) {expected}"
 
 
 def test_keys_fixture_folds_in_a_counter(key: torch.Tensor, keys: KeyStream) -> None:
     drawn = [keys(), keys(), keys()]
-    assert all(torch.equal(k, random.fold_in(key, i)) for i, k in enumerate(drawn))
+    wrong = [i for i, k in enumerate(drawn) if not torch.equal(k, random.fold_in(key, i))]
+    assert not wrong, f"draws {wrong} are not fold_in(key, i)"
     assert len({tuple(k.tolist()) for k in drawn}) == 3
 
 

@@ -39,7 +39,7 @@ def test_tensors_support_bfloat16_on_available_devices(x: Tensor) -> None:
 
 def test_tensors_reach_the_edges_of_their_range() -> None:
     zero = find(fst.tensors((2,)), lambda x: bool((x == 0).all()))
-    assert torch.equal(zero, torch.zeros(2))
+    assert torch.equal(zero, torch.zeros(2)), f"shrunk to {zero}, not zeros"
     big = find(fst.tensors((1,), min_value=-1, max_value=1), lambda x: float(x[0]) >= 1.0)
     assert float(big[0]) == 1.0
 
@@ -52,7 +52,8 @@ def test_keys_are_valid_funcgraph_keys(k: Tensor) -> None:
 
 
 def test_keys_shrink_to_key_zero() -> None:
-    assert torch.equal(find(fst.keys(), lambda k: True), random.key(0))
+    found = find(fst.keys(), lambda k: True)
+    assert torch.equal(found, random.key(0)), f"keys shrank to {found}, not key(0)"
 
 
 @given(fst.params_for(MODEL, with_state=True))
@@ -102,8 +103,9 @@ def test_task_batches_have_the_shapes_and_labels_of_their_spec(drawn: tuple[Any,
     assert tasks.support_x.shape == (t, spec.ways * spec.shots, 1, 8, 8)
     assert tasks.query_y.shape == (t, spec.ways * spec.queries)
     for y, per_class in ((tasks.support_y, spec.shots), (tasks.query_y, spec.queries)):
-        assert torch.equal(torch.bincount(y[0], minlength=spec.ways),
-                           torch.full((spec.ways,), per_class))
+        counts = torch.bincount(y[0], minlength=spec.ways)
+        assert torch.equal(counts, torch.full((spec.ways,), per_class)), (
+            f"class counts {counts.tolist()}, expected {per_class} each")
 
 
 def test_one_way_tasks_are_rejected_with_a_clear_error() -> None:

@@ -102,6 +102,10 @@ def test_train_resnet_sd_writes_a_run_survives_ctrl_c_and_resumes_bit_identicall
                .splitlines()]
     assert any(r["kind"] == "validation" and "accuracy" in r for r in records)
     assert all("blocks_ran" in r for r in records if r["kind"] == "train")
+    val = [r["loss"] for r in records if r["kind"] == "validation"]
+    assert len(val) == 4 and val[-1] < val[0], f"validation loss did not decrease: {val}"
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in records), records
+    assert records[-1]["kind"] == "final" and records[-1]["loss"] == val[-1], records[-1]
     config = json.loads((tmp_path / "full/config.json").read_text())
     assert config["model"]["name"] == "resnet" and config["model"]["num_classes"] == 4
     # Ctrl-C during step 3 of 4, then --resume: the same tensors as the uninterrupted run.
@@ -143,6 +147,15 @@ def test_train_rnn_and_early_exit(tiny_glyphs: None, tmp_path: Path) -> None:
                           "--set", "data.image_size=8", "--device", "cpu")
     assert code == 0, output
     assert "exit_rate" in output
+    for run in ("rnn", "ee"):
+        records = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text()
+                   .splitlines()]
+        val = [r["loss"] for r in records if r["kind"] == "validation"]
+        assert len(val) == 3 and val[-1] < val[0], f"{run}: validation loss rose: {val}"
+        assert all(0.0 <= r["accuracy"] <= 1.0 for r in records), f"{run}: {records}"
+        assert records[-1]["kind"] == "final", f"{run}: last record {records[-1]}"
+    ee = [r for r in records if r["kind"] == "train"]
+    assert ee and all(0.0 <= r["exit_rate"] <= 1.0 for r in ee), f"early exit: {ee}"
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -162,10 +175,17 @@ def test_train_user_errors_exit_2_in_one_line(tiny_glyphs: None, tmp_path: Path,
 
 
 def test_train_genotype_hook(tiny_glyphs: None, tmp_path: Path) -> None:
-    nas = pytest.importorskip("funcgraph.nas")
+    from funcgraph import nas
     path = tmp_path / "genotype.json"
     nas.random_genotype(random.key(0)).save(path)
     code, output = _train("--genotype", str(path), "--steps", "2", "--out", str(tmp_path / "g"),
                           "--set", "C=4", "--set", "layers=2", "--set", "data.classes=4",
                           "--set", "data.image_size=8", "--device", "cpu")
     assert code == 0, output
+    config = json.loads((tmp_path / "g" / "config.json").read_text())
+    assert config["model"]["genotype"] == str(path), config["model"]
+    records = [json.loads(line) for line in (tmp_path / "g" / "metrics.jsonl").read_text()
+               .splitlines()]
+    final, last_val = records[-1], [r for r in records if r["kind"] == "validation"][-1]
+    assert final["kind"] == "final" and final["step"] == 2, final
+    assert 0.0 <= final["accuracy"] <= 1.0 and final["loss"] == last_val["loss"], records

@@ -142,7 +142,9 @@ class Task:
 
 def _flatten_task(task: Task) -> tuple[list[Tensor], bool]:
     """Pytree leaves of a task: its four tensors, and its key when it has one."""
-    return [*task, *([] if task.key is None else [task.key])], task.key is not None
+    # Fields by name, not by iterating the task: torch 2.11's dynamo cannot trace __iter__.
+    data = [task.support_x, task.support_y, task.query_x, task.query_y]
+    return [*data, *([] if task.key is None else [task.key])], task.key is not None
 
 
 def _unflatten_task(leaves: Any, keyed: bool) -> Task:
