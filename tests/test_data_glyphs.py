@@ -34,7 +34,8 @@ def test_subset_equals_the_same_characters_of_the_full_alphabet() -> None:
     smallest = min(range(len(ALPHABET_SIZES)), key=ALPHABET_SIZES.__getitem__)
     full = render_alphabet(0, smallest)
     assert full.shape == (ALPHABET_SIZES[smallest], DRAWERS, 1, 28, 28)
-    assert torch.equal(render_alphabet(0, smallest, characters=slice(4, 7)), full[4:7])
+    assert torch.equal(render_alphabet(0, smallest, characters=slice(4, 7)), full[4:7]), (
+        "rendering characters 4:7 alone must give those rows of the full alphabet")
 
 
 def test_images_are_quantised_ink_in_unit_range_and_never_blank() -> None:
@@ -101,7 +102,8 @@ def test_cache_round_trip(tmp_path: Path, tiny_generator: list[str]) -> None:
     ]
     second = load_glyphs("evaluation", seed=3, cache_dir=tmp_path)
     assert tiny_generator == ["evaluation"], "the second load must come from the cache"
-    assert torch.equal(first.images, second.images) and first.class_names == second.class_names
+    assert torch.equal(first.images, second.images), "the cached images differ from the generated"
+    assert first.class_names == second.class_names, "the cached class names differ"
     assert second.name == "glyphs/evaluation"
     load_glyphs("evaluation", seed=4, cache_dir=tmp_path)
     assert tiny_generator == ["evaluation"] * 2, "another seed is another cache entry"
@@ -123,7 +125,7 @@ def test_corrupt_cache_is_regenerated(
     path.write_bytes(bytes(data))
     again = load_glyphs("validation", cache_dir=tmp_path)
     assert tiny_generator == ["validation"] * 2, "a damaged cache must be regenerated"
-    assert torch.equal(again.images, good.images)
+    assert torch.equal(again.images, good.images), "regenerated images differ"
     load_glyphs("validation", cache_dir=tmp_path)
     assert len(tiny_generator) == 2, "the regenerated file must be valid again"
 

@@ -122,7 +122,8 @@ def test_sampler_invariants(ways: int, shots: int, queries: int, tasks: int, see
             examples += q_ex[t][b.query_y[t] == label].tolist()
             assert len(set(examples)) == K + Q, "support and query examples must be disjoint"
     again = sample_tasks(random.key(seed), ds, spec, tasks)
-    assert torch.equal(again.support_x, b.support_x) and torch.equal(again.query_y, b.query_y)
+    assert torch.equal(again.support_x, b.support_x), "same key, different support images"
+    assert torch.equal(again.query_y, b.query_y), "same key, different query labels"
     assert torch.equal(again.classes, b.classes), "same key must give the same tasks"
 
 
@@ -178,7 +179,7 @@ def test_different_keys_give_different_tasks() -> None:
     ds = coded(20, 10)
     a = sample_tasks(random.key(0), ds, TaskSpec(5, 1, 2), 4)
     b = sample_tasks(random.key(1), ds, TaskSpec(5, 1, 2), 4)
-    assert not torch.equal(a.classes, b.classes)
+    assert not torch.equal(a.classes, b.classes), "different keys drew the same classes"
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,19 @@
-"""The dataset cache: one safetensors file per generated split, written atomically, verified.
+"""The dataset cache: one safetensors file per split, written atomically, checked on load.
 
-A file holds the images as uint8 (ink * 255; generators quantise to that grid, so nothing
-is lost) and, in the safetensors header, the cache key (generator version, seed, size,
-split), the class names and the SHA-256 of the pixel bytes. Loading checks all three and
-returns ``None`` for anything missing, truncated, corrupt or generated differently, which
-the caller answers by regenerating. Nothing is unpickled.
+Generated sets (glyphs, rgb-shapes) and decoded image folders share it. A file holds the
+pixels as uint8 (value * 255; generators quantise to that grid, so nothing is lost), for
+classes of different sizes their ``counts``, and, in the safetensors header, the cache key
+(which the caller builds: generator version, seed, size, split; or a folder's content key),
+the class names and, when asked, the SHA-256 of the pixel bytes. Loading checks the key,
+the shapes and that digest, and returns ``None`` for anything missing, truncated, corrupt or
+made differently, which the caller answers by regenerating. Nothing is unpickled.
+
+Loaded pixels are memory-mapped (safetensors maps the file; pages are read when touched and
+copied on write), so opening a cached split costs milliseconds whatever its size, unless the
+digest is verified, which reads every byte: the generated sets verify (their files are tens
+of megabytes), decoded folders do not (a gigabyte to hash on every start would cost more
+than the mapping saves; their files are written atomically and safetensors refuses a file
+whose length disagrees with its header, so a crash or a truncation is still caught).
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +32,21 @@ from torch import Tensor
 
 from ..errors import DataError
 from ..files import atomic_write
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A split read back from the cache.
+
+    Attributes:
+        pixels: ``(num_classes, per_class, C, H, W)`` uint8, memory-mapped.
+        class_names: one per class.
+        counts: ``(num_classes,)`` int64 images per class, or ``None`` when all are full.
+    """
+
+    pixels: Tensor
+    class_names: list[str]
+    counts: Tensor | None
 
 
 def cache_path(cache_dir: Path | None, stem: str) -> Path:
@@ -38,35 +63,51 @@ def _digest(pixels: Tensor) -> str:
 
 
 def save_cached(
-    path: Path, images: Tensor, class_names: list[str], meta: Mapping[str, str]
+    path: Path,
+    images: Tensor,
+    class_names: list[str],
+    meta: Mapping[str, str],
+    *,
+    counts: Tensor | None = None,
+    digest: bool = True,
 ) -> None:
-    """Store float ``images`` (on the 1/255 grid) with ``class_names`` and ``meta``."""
-    pixels = (images.detach().cpu() * 255).round().to(torch.uint8)
-    header = {
-        **meta,
-        "class_names": json.dumps(class_names),
-        "sha256": _digest(pixels),
-    }
+    """Store ``images`` (uint8, or float on the 1/255 grid) with ``class_names``, ``counts``
+    and ``meta``; with ``digest``, the SHA-256 of the pixels that ``verify`` checks."""
+    pixels = images.detach().cpu()
+    if pixels.dtype != torch.uint8:
+        pixels = (pixels * 255).round().to(torch.uint8)
+    tensors = {"images": pixels.contiguous()}
+    if counts is not None:
+        tensors["counts"] = counts.to(torch.int64).cpu().contiguous()
+    header = {**meta, "class_names": json.dumps(class_names)}
+    if digest:
+        header["sha256"] = _digest(pixels)
     try:
-        atomic_write(path, save({"images": pixels}, metadata=header))
+        atomic_write(path, save(tensors, metadata=header))
     except OSError as e:
         raise DataError(f"cannot write the dataset cache {path} ({e.strerror or e}); set "
                         "FUNCGRAPH_CACHE to a writable directory") from None
 
 
-def load_cached(path: Path, meta: Mapping[str, str]) -> tuple[Tensor, list[str]] | None:
-    """``(images, class_names)`` from ``path`` if it exists, is intact and matches ``meta``."""
+def load_cached(path: Path, meta: Mapping[str, str], *, verify: bool = True) -> Cached | None:
+    """The split in ``path`` if it exists, is intact and matches ``meta``; with ``verify``,
+    its pixels must match the stored SHA-256 too."""
     if not path.is_file():
         return None
     try:
         with safe_open(str(path), framework="pt") as f:
             header = f.metadata() or {}
             pixels = f.get_tensor("images")
+            counts = f.get_tensor("counts") if "counts" in f.keys() else None
     except (SafetensorError, OSError, ValueError, KeyError):
         return None
     if any(header.get(k) != v for k, v in meta.items()):
         return None
-    if pixels.dtype != torch.uint8 or pixels.dim() != 5 or header.get("sha256") != _digest(pixels):
+    if pixels.dtype != torch.uint8 or pixels.dim() != 5:
+        return None
+    if counts is not None and (counts.dtype != torch.int64 or counts.shape != pixels.shape[:1]):
+        return None
+    if verify and header.get("sha256") != _digest(pixels):
         return None
     try:
         names = json.loads(header.get("class_names", ""))
@@ -74,4 +115,4 @@ def load_cached(path: Path, meta: Mapping[str, str]) -> tuple[Tensor, list[str]]
         return None
     if not isinstance(names, list) or len(names) != pixels.shape[0]:
         return None
-    return pixels.to(torch.float32) / 255, [str(n) for n in names]
+    return Cached(pixels, [str(n) for n in names], counts)

@@ -25,7 +25,7 @@ from torch import Tensor
 from .. import random
 from ..errors import DataError
 from .cache import cache_path, load_cached, save_cached
-from .datasets import ClassDataset
+from .datasets import ClassDataset, as_float
 from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
 
 GENERATOR_VERSION = 2
@@ -127,7 +127,7 @@ def load_glyphs(
     path = cache_path(cache_dir, f"glyphs-v{GENERATOR_VERSION}-seed{seed}-{image_size}px-{split}")
     cached = load_cached(path, meta)
     if cached is not None:
-        return ClassDataset(cached[0], cached[1], f"glyphs/{split}")
+        return ClassDataset(as_float(cached.pixels), cached.class_names, f"glyphs/{split}")
     ds = generate_glyphs(split, seed=seed, image_size=image_size)
     save_cached(path, ds.images, ds.class_names, meta)
     return ds

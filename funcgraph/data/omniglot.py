@@ -60,13 +60,11 @@ def _nonempty(alphabets: list[Path], folder: Path) -> list[Path]:
 
 
 def _read(png: Path, image_size: int) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
-    try:
-        with Image.open(png) as im:
-            gray = im.convert("L")
-    except (UnidentifiedImageError, OSError) as e:
-        raise DataError(f"omniglot: cannot read image {png}: {e}") from None
+    from .images import open_image
+
+    gray = open_image(png, "omniglot", "L")
     ink = Image.eval(gray, lambda v: 255 - v)  # black strokes on white -> ink = bright
     small = ink.resize((image_size, image_size), Image.Resampling.BOX)
     return np.asarray(small, dtype=np.float32) / 255.0

@@ -1,12 +1,14 @@
 """N-way K-shot classification tasks sampled from one split, as a few tensor indexings.
 
 A task picks N distinct classes of one :class:`ClassDataset` and K + Q distinct drawings of
-each; the first K are the support set, the other Q the query set, so the two never share an
-example. Labels are the classes' positions in a random order, i.e. a fresh random labelling
-per task. ``T`` tasks are drawn at once: a few ``(T, N)`` tensor steps choose the classes, one
-``(T, N, P)`` block of uniforms ranks the drawings, and one gather builds every image tensor,
-so 32 tasks take milliseconds. Everything comes from the key (funcgraph.random): the same key gives
-the same tasks on every run.
+each (of its ``counts[c]`` distinct images, when classes differ in size); the first K are the
+support set, the other Q the query set, so the two never share an example. Labels are the
+classes' positions in a random order, i.e. a fresh random labelling per task. ``T`` tasks are
+drawn at once: a few ``(T, N)`` tensor steps choose the classes, one ``(T, N, P)`` block of
+uniforms ranks the drawings, and one gather builds every image tensor, so 32 tasks take
+milliseconds. Everything comes from the key (funcgraph.random): the same key gives the same
+tasks on every run. Images stored as uint8 are converted to float32 in ``[0, 1]`` after the
+gather, so only the task's images are ever converted.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch import Tensor
 
 from .. import random
 from ..errors import TaskSpecError
-from .datasets import ClassDataset
+from .datasets import ClassDataset, as_float
 
 DEFAULT_QUERIES = 15
 """Query examples per class when a spec names none: the MAML/prototypical-network evaluation
@@ -81,8 +83,9 @@ class TaskBatch:
     """``T`` classification tasks.
 
     Attributes:
-        support_x: ``(T, N*K, 1, H, W)``; support_y: ``(T, N*K)`` int64 labels in ``0..N-1``.
-        query_x: ``(T, N*Q, 1, H, W)``; query_y: ``(T, N*Q)``.
+        support_x: ``(T, N*K, C, H, W)`` float32; support_y: ``(T, N*K)`` int64 labels in
+            ``0..N-1``.
+        query_x: ``(T, N*Q, C, H, W)``; query_y: ``(T, N*Q)``.
         classes: ``(T, N)`` the dataset class behind each label (label i is ``classes[t, i]``).
     Examples are grouped by label: ``support_y[t] = [0]*K + [1]*K + ...``.
     """
@@ -95,38 +98,55 @@ class TaskBatch:
 
 
 def check_fits(ds: ClassDataset, spec: TaskSpec) -> None:
-    """Refuse ``spec`` on ``ds`` when it has too few classes or examples per class: checked
-    before a run builds its model, so an impossible spec costs nothing."""
+    """Refuse ``spec`` on ``ds`` when it has too few classes, or any class too few examples
+    (every class can be drawn, so every class needs ``shots + queries``): checked before a run
+    builds its model, so an impossible spec costs nothing."""
     if spec.ways > ds.num_classes:
         raise TaskSpecError(
             f"task spec {spec}: {spec.ways}-way tasks need {spec.ways} classes, "
             f"{ds.name} has {ds.num_classes}"
         )
-    if spec.shots + spec.queries > ds.per_class:
+    need = spec.shots + spec.queries
+    if need > ds.per_class:
+        has = f"{ds.name} has {ds.per_class}"
+        if ds.counts is not None:
+            small = int(ds.counts.argmin())
+            has = (f"class {ds.class_names[small]!r} of {ds.name} has only {ds.per_class} "
+                   f"(the classes have {ds.per_class} to {int(ds.counts.max())})")
         raise TaskSpecError(
             f"task spec {spec}: {spec.shots} shots + {spec.queries} queries need "
-            f"{spec.shots + spec.queries} examples per class, {ds.name} has {ds.per_class}"
+            f"{need} examples per class, {has}"
         )
 
 
 _RANK_LIMIT = 256  # up to this many items, ranking uniforms beats sequential draws
 
 
-def _distinct(key: Tensor, batch: tuple[int, ...], n: int, k: int) -> Tensor:
-    """``k`` distinct indices from ``range(n)`` per batch entry, in uniformly random order.
+def _distinct(
+    key: Tensor, batch: tuple[int, ...], n: int, k: int, available: Tensor | None = None
+) -> Tensor:
+    """``k`` distinct indices from ``range(n)`` per batch entry, in uniformly random order;
+    from ``range(available[...])`` where ``available`` (int64, shaped ``batch``, each in
+    ``[k, n]``, on the key's device) gives each entry its own range (a class's image count).
 
-    Small ``n``: rank ``n`` uniforms per entry (argsort). Large ``n`` (thousands of classes):
-    draw one at a time, the j-th uniform over the ``n - j`` indices not yet drawn, mapped to
-    the r-th unused index by stepping over the earlier draws in ascending order, so the cost
-    is ``k**2`` small operations instead of hashing and sorting ``n`` numbers per task.
+    Small ``n``: rank ``n`` uniforms per entry (argsort), the unavailable indices ranked last.
+    Large ``n`` (thousands of classes): draw one at a time, the j-th uniform over the
+    ``n - j`` indices not yet drawn, mapped to the r-th unused index by stepping over the
+    earlier draws in ascending order, so the cost is ``k**2`` small operations instead of
+    hashing and sorting ``n`` numbers per task.
     """
     if n <= _RANK_LIMIT:
         u = random.uniform(key, (*batch, n), dtype=torch.float64)
+        if available is not None:
+            index = torch.arange(n, device=u.device)
+            u = torch.where(index < available[..., None], u, 2.0)  # uniforms are < 1
         return u.argsort(-1)[..., :k]
     u = random.uniform(key, (*batch, k), dtype=torch.float64)
+    size = n if available is None else available
     picks: list[Tensor] = []
     for j in range(k):
-        r = (u[..., j] * (n - j)).floor().to(torch.int64).clamp(max=n - j - 1)
+        left = size - j  # indices not yet drawn
+        r = (u[..., j] * left).floor().to(torch.int64).clamp(max=left - 1)
         if picks:
             for earlier in torch.stack(picks, -1).sort(-1).values.unbind(-1):
                 r = r + (earlier <= r).to(torch.int64)
@@ -138,8 +158,8 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
     """Draw ``num_tasks`` tasks of ``spec`` from ``ds`` (see the module docstring).
 
     Raises:
-        TaskSpecError: ``ds`` has fewer classes than ``spec.ways`` or fewer examples per class
-            than ``spec.shots + spec.queries``.
+        TaskSpecError: ``ds`` has fewer classes than ``spec.ways``, or a class has fewer
+            examples than ``spec.shots + spec.queries``.
     """
     check_fits(ds, spec)
     if num_tasks < 1:
@@ -147,14 +167,22 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
     T, N, K, Q = num_tasks, spec.ways, spec.shots, spec.queries
     k_cls, k_ex = random.split(key, 2)
     device = ds.images.device
-    classes = _distinct(k_cls, (T,), ds.num_classes, N).to(device)  # (T, N)
-    examples = _distinct(k_ex, (T, N), ds.per_class, K + Q).to(device)  # (T, N, K+Q)
-    x = ds.images[classes[..., None], examples]  # (T, N, K+Q, 1, H, W)
+    classes = _distinct(k_cls, (T,), ds.num_classes, N)  # (T, N), on the key's device
+    available = None if ds.counts is None else ds.counts.to(classes.device)[classes]
+    capacity = int(ds.images.shape[1])
+    examples = _distinct(k_ex, (T, N), capacity, K + Q, available).to(device)  # (T, N, K+Q)
+    classes = classes.to(device)
+
+    def gather(picked: Tensor) -> Tensor:
+        """``(T, N, E)`` example indices -> ``(T, N*E, C, H, W)`` float32 images: one gather
+        into a contiguous block, so the flatten is a view."""
+        return as_float(ds.images[classes[..., None], picked]).flatten(1, 2)
+
     y = torch.arange(N, device=device)[None, :, None].expand(T, N, K + Q)
     return TaskBatch(
-        support_x=x[:, :, :K].flatten(1, 2),
+        support_x=gather(examples[..., :K]),
         support_y=y[:, :, :K].flatten(1, 2),
-        query_x=x[:, :, K:].flatten(1, 2),
+        query_x=gather(examples[..., K:]),
         query_y=y[:, :, K:].flatten(1, 2),
         classes=classes,
     )

@@ -351,6 +351,8 @@ REGISTRY.add_lazy("stochastic_depth", "funcgraph.factory.adapters:stochastic_dep
                          Slot("post", required=False, after="body")))
 REGISTRY.add_lazy("conv4", "funcgraph.models.conv4:conv4", infer={"in_channels": channel_dim},
                   positive=("hidden", "in_channels", "image_size"))
+REGISTRY.add_lazy("resnet12", "funcgraph.models.resnet12:resnet12",
+                  infer={"in_channels": channel_dim}, positive=("in_channels", "block_size"))
 REGISTRY.add_lazy("mlp", "funcgraph.models.mlp:mlp", infer={"in_features": last_dim},
                   positive=("in_features", "out_features"))
 REGISTRY.add_lazy("resnet", "funcgraph.models.resnet:resnet", infer={"in_channels": channel_dim},

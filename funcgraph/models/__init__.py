@@ -1,6 +1,6 @@
 """Reference models, each a :class:`funcgraph.Model`.
 
-They are reachable by name (``conv4``, ``mlp``, ``resnet``, ``early_exit_cnn``,
+They are reachable by name (``conv4``, ``mlp``, ``resnet``, ``resnet12``, ``early_exit_cnn``,
 ``rnn_classifier``, ``sequence_encoder``) through the one name -> Model table, the factory's
 registry (:data:`funcgraph.factory.REGISTRY`); a run records its model as
 ``{"name": "conv4", **hyperparams}`` and :func:`funcgraph.runs.resolve_model` rebuilds it.
@@ -12,7 +12,8 @@ from .conv4 import conv4
 from .early_exit import early_exit_cnn
 from .mlp import mlp
 from .resnet import resnet
+from .resnet12 import resnet12
 from .rnn import rnn_classifier, sequence_encoder
 
-__all__ = ["conv4", "early_exit_cnn", "mlp", "resnet", "rnn_classifier",
+__all__ = ["conv4", "early_exit_cnn", "mlp", "resnet", "resnet12", "rnn_classifier",
            "sequence_encoder"]

@@ -3,6 +3,8 @@
 Two variants, as in the MAML paper (Finn et al., 2017):
 
 * ``"pool"``: 3x3 convolutions (padding 1) followed by 2x2 max-pooling; 28x28 -> 1x1.
+  With ``in_channels=3, hidden=32, image_size=84`` it is the paper's mini-ImageNet model:
+  32 filters, 84 -> 42 -> 21 -> 10 -> 5, a head over 32 * 5 * 5 = 800 features.
 * ``"strided"`` (the default): 3x3 convolutions with stride 2 and no pooling, then the mean
   over the spatial positions; the MAML paper's Omniglot model. About 4x cheaper than
   ``"pool"`` per image (the convolutions run on 4x fewer positions) and as accurate on
@@ -74,7 +76,7 @@ def conv4(
 
     Arguments:
         ways: classes of the linear head; ``None`` for an embedding network (no head).
-        in_channels: image channels (1 for glyphs/Omniglot).
+        in_channels: image channels (1 for glyphs/Omniglot, 3 for RGB sets).
         hidden: channels of every block (64 in the MAML paper).
         image_size: input height and width, used to size the head of the ``"pool"`` variant.
         variant: ``"strided"`` (stride-2 convs, spatial mean) or ``"pool"`` (max-pool).
@@ -124,14 +126,15 @@ def conv4(
 
 
 class _TorchConv4(torch_nn.Module):
-    def __init__(self, ways: int, hidden: int, variant: str, image_size: int) -> None:
+    def __init__(self, ways: int, in_channels: int, hidden: int, variant: str,
+                 image_size: int) -> None:
         super().__init__()
         stride = 2 if variant == "strided" else 1
         self.variant = variant
         size = image_size
         for i in range(4):
             block = torch_nn.Module()
-            block.conv = torch_nn.Conv2d(1 if i == 0 else hidden, hidden, 3, stride, 1)
+            block.conv = torch_nn.Conv2d(in_channels if i == 0 else hidden, hidden, 3, stride, 1)
             block.norm = torch_nn.BatchNorm2d(hidden, track_running_stats=False)
             self.add_module(f"block{i + 1}", block)
             size = (size + 1) // 2 if variant == "strided" else size // 2
@@ -147,14 +150,20 @@ class _TorchConv4(torch_nn.Module):
 
 
 def conv4_module(
-    ways: int, *, hidden: int = 64, variant: str = "strided", image_size: int = 28
+    ways: int,
+    *,
+    in_channels: int = 1,
+    hidden: int = 64,
+    variant: str = "strided",
+    image_size: int = 28,
 ) -> torch_nn.Module:
     """conv4 written as a plain ``torch.nn`` module with the same parameter names: the
     reference the tests compare against and the baseline the meta-step benchmark clones
-    (one input channel; ``Conv2d`` / ``BatchNorm2d(track_running_stats=False)`` / ReLU,
-    max-pool in the ``pool`` variant). ``load_state_dict(params)`` takes conv4's params."""
-    _check("conv4_module", variant, ways=ways, hidden=hidden, image_size=image_size)
-    return _TorchConv4(ways, hidden, variant, image_size)
+    (``Conv2d`` / ``BatchNorm2d(track_running_stats=False)`` / ReLU, max-pool in the ``pool``
+    variant). ``load_state_dict(params)`` takes conv4's params."""
+    _check("conv4_module", variant, ways=ways, in_channels=in_channels, hidden=hidden,
+           image_size=image_size)
+    return _TorchConv4(ways, in_channels, hidden, variant, image_size)
 
 
 __all__ = ["VARIANTS", "conv4", "conv4_module"]
