@@ -96,6 +96,22 @@ def test_protonet_distances_loss_and_gradients_match_direct_computation() -> Non
         torch.testing.assert_close(grads[n], g, msg=lambda m, n=n: f"protonet grad {n}: {m}")
 
 
+def test_protonet_vmap_equals_the_loop() -> None:
+    """Prototypes come from a label comparison, not F.one_hot, so ProtoNet maps over tasks."""
+    from funcgraph.meta import mean_task_grads
+
+    model = conv4(None, hidden=4, image_size=8, dtype=DT)
+    params, state = model.init(random.key(2))
+    learner = protonet(bind(model, state), ways=3)
+    tasks = image_tasks(4, tasks=3)
+    looped = mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
+    mapped = mean_task_grads(learner.task_grad, params, tasks, strategy="vmap")
+    for n, g in looped[0].items():
+        torch.testing.assert_close(mapped[0][n], g, rtol=1e-10, atol=1e-12,
+                                   msg=lambda m, n=n: f"protonet vmap grad {n}: {m}")
+    torch.testing.assert_close(mapped[1], looped[1], msg="protonet vmap loss")
+
+
 def test_confidence_interval_formula() -> None:
     values = torch.tensor([0.6, 0.8, 1.0, 0.4, 0.7])
     mean, half = confidence_interval(values)

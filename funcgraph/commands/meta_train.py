@@ -42,6 +42,10 @@ class Algo(StrEnum):
 class Dataset(StrEnum):
     glyphs = "glyphs"
     omniglot = "omniglot"
+    rgb_shapes = "rgb-shapes"
+    folder = "folder"
+    mini_imagenet = "mini-imagenet"
+    cub = "cub"
     sinusoid = "sinusoid"
 
 
@@ -61,10 +65,15 @@ def meta_train(
     ] = None,
     algo: Annotated[Algo, typer.Option(help="Meta-learning algorithm.")] = Algo.maml,
     dataset: Annotated[Dataset, typer.Option(
-        help="glyphs (embedded, generated), omniglot (needs --data-root) or sinusoid.")
+        help="glyphs (embedded, generated), rgb-shapes (embedded RGB, 84px), omniglot, "
+             "folder, mini-imagenet, cub (need --data-root; layouts in docs/data.md) or "
+             "sinusoid.")
     ] = Dataset.glyphs,
     data_root: Annotated[Path | None, typer.Option(
-        help="Omniglot folder holding images_background/ and images_evaluation/.")] = None,
+        help="The on-disk dataset's folder (omniglot, folder, mini-imagenet, cub).")] = None,
+    image_size: Annotated[int | None, typer.Option(
+        min=8, max=512, help="Resize images to this square size (default 28 for glyphs and "
+                             "omniglot, 84 for the RGB datasets).")] = None,
     meta_batch: Annotated[int | None, typer.Option(min=1, max=100_000,
                                                               help="Tasks per meta-step.")] = None,
     steps: Annotated[int | None, typer.Option(min=1, max=10**7,
@@ -159,7 +168,7 @@ def meta_train(
                                  param_hint="--resume")
     cfg = default_config(
         algo.value, dataset.value, tasks=tasks,
-        data_root=str(data_root) if data_root is not None else None,
+        data_root=str(data_root) if data_root is not None else None, image_size=image_size,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
         first_order=first_order or None, remat=remat or None, train_queries=train_queries,
@@ -174,7 +183,8 @@ def meta_train(
     overrides = parse_overrides(set_ or [])
     if dry_run:
         sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                               data_root=cfg.data_root, rotate=cfg.rotate)
+                               data_root=cfg.data_root, rotate=cfg.rotate,
+                               image_size=cfg.image_size)
         cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                               overrides=overrides))
         plan = plan_meta_train(cfg, sources, resolve_device(device), place=place)
@@ -183,7 +193,8 @@ def meta_train(
         return
     env = distributed_env(nproc, backend, dist_timeout, device, out)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                           data_root=cfg.data_root, rotate=cfg.rotate)
+                           data_root=cfg.data_root, rotate=cfg.rotate,
+                           image_size=cfg.image_size)
     cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                           overrides=overrides))
     if out is None:

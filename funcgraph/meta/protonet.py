@@ -9,6 +9,7 @@ step 0 and the query embedding the query key (see :mod:`funcgraph.meta.learner`)
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -29,7 +30,9 @@ from .learner import (
 
 def prototypes(support: Tensor, labels: Tensor, ways: int) -> Tensor:
     """Per-class mean of ``support (S, D)`` for ``labels (S,)`` in ``[0, ways)``: ``(ways, D)``."""
-    onehot = F.one_hot(labels, ways).to(support.dtype)  # (S, ways)
+    # A comparison, not F.one_hot: one_hot checks its labels' range, which vmap cannot run.
+    onehot = (labels.unsqueeze(1) == torch.arange(ways, device=labels.device)).to(
+        support.dtype)  # (S, ways)
     return (onehot.T @ support) / onehot.sum(0).unsqueeze(1)
 
 

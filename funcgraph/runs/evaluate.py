@@ -39,7 +39,8 @@ def evaluate_run(
         changes["inner_steps_eval"] = inner_steps_eval
     cfg = replace(cfg, **changes)
     dev = resolve_device(device)
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root)
+    sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root,
+                           image_size=cfg.image_size)
     model_ways = cfg.model.get("ways")
     if model_ways is not None and model_ways != sources.ways:
         raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")

@@ -50,7 +50,7 @@ from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memo
 from .options import check_count, check_rate
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
-from .task_sources import TaskSources, task_sources
+from .task_sources import ON_DISK, TaskSources, task_sources
 
 ALGOS = ("maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml", "reptile", "protonet")
 
@@ -69,6 +69,7 @@ class MetaTrainConfig:
     algo: str = "maml"
     dataset: str = "glyphs"
     data_root: str | None = None
+    image_size: int | None = None
     tasks: str = "5way1shot"
     train_queries: int | None = 1
     rotate: bool = False
@@ -132,9 +133,13 @@ class MetaTrainConfig:
                                   "have no ways; use '<K>shot', e.g. --tasks 10shot")
             if self.rotate:
                 raise ConfigError("--rotate adds rotated image classes; sinusoid has none")
-        if self.data_root is not None and self.dataset != "omniglot":
-            raise ConfigError(f"--data-root is read by --dataset omniglot only; "
+        if self.data_root is not None and self.dataset not in ON_DISK:
+            raise ConfigError(f"--data-root is read by --dataset {', '.join(ON_DISK)}; "
                               f"{self.dataset} is generated")
+        if self.image_size is not None:
+            check_count("image_size", self.image_size, 8)
+            if self.dataset == "sinusoid":
+                raise ConfigError("--image-size applies to image datasets; sinusoid has none")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +198,10 @@ def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,
     """The resolved ``config["model"]``: the built-in model with ``--set`` overrides, or
     ``{"factory": path_or_name, "overrides": {...}}`` for a :mod:`funcgraph.factory` config."""
     overrides = dict(overrides or {})
+    if factory == "resnet12":  # a backbone sized from the tasks, like the default conv4
+        spec = {"name": "resnet12", "ways": None if algo == "protonet" else sources.ways,
+                "in_channels": sources.in_channels}
+        return with_overrides(spec, overrides)
     if factory is not None:
         return {"factory": str(factory), "overrides": overrides}
     return with_overrides(default_model_config(algo, sources), overrides)
@@ -368,7 +377,8 @@ def meta_train(
     dev = resolve_device(device)
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
-                                      data_root=cfg.data_root, rotate=cfg.rotate)
+                                      data_root=cfg.data_root, rotate=cfg.rotate,
+                                      image_size=cfg.image_size)
     plan = plan_meta_train(cfg, sources, dev, place=place)
     cfg, learner, params = plan.cfg, plan.learner, plan.params
     keys = RunKeys.of(cfg.seed)

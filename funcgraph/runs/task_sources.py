@@ -20,7 +20,7 @@ from ..errors import ConfigError, DataError, TaskSpecError
 from ..meta import Task, TaskSampler
 from ..random import Key
 
-DATASETS = ("glyphs", "omniglot", "sinusoid")
+DATASETS = ("glyphs", "omniglot", "rgb-shapes", "folder", "mini-imagenet", "cub", "sinusoid")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,21 @@ def _classification(
                        eval_spec.ways, channels, size)
 
 
+ON_DISK = {
+    "omniglot": "load_omniglot", "folder": "load_folder", "mini-imagenet": "load_mini_imagenet",
+    "cub": "load_cub",
+}
+"""Datasets read from ``--data-root`` (see docs/data.md for each layout) and their loaders."""
+
+IMAGE_SIZE = {"glyphs": 28, "omniglot": 28, "rgb-shapes": 84, "folder": 84,
+              "mini-imagenet": 84, "cub": 84}
+"""The default ``--image-size`` per image dataset: 28 for the one-channel Omniglot family,
+84 for the RGB benchmarks (32 is CIFAR-FS's and FC100's, given with ``--image-size 32``)."""
+
+_SPLITS = {"train": "background", "val": "validation", "test": "evaluation"}
+"""Omniglot-style split names behind the run's train / val / test."""
+
+
 def task_sources(
     dataset: str,
     *,
@@ -65,49 +80,51 @@ def task_sources(
     train_queries: int | None = None,
     data_root: str | Path | None = None,
     rotate: bool = False,
-    image_size: int = 28,
+    image_size: int | None = None,
 ) -> TaskSources:
-    """The samplers for ``dataset`` (``"glyphs"``, ``"omniglot"`` or ``"sinusoid"``).
+    """The samplers for ``dataset`` (one of :data:`DATASETS`).
 
     Arguments:
         spec: the task spec (``"5way1shot"``, ``"5way1shot15query"``) for validation and test.
             For sinusoid, ``shots`` is K (points to adapt on) and ``queries`` the points scored.
         train_queries: query examples per class in meta-training (default: the spec's).
-        data_root: the Omniglot folder (``images_background/``, ``images_evaluation/``).
+        data_root: the folder of an on-disk dataset (:data:`ON_DISK`).
         rotate: augment the training classes with 90/180/270-degree rotations (MAML protocol).
+        image_size: images are resized to ``image_size`` squared (default: :data:`IMAGE_SIZE`).
     """
-    if dataset in ("glyphs", "omniglot"):
-        from ..data.tasks import TaskSpec
-
-        TaskSpec.parse(spec)  # a bad spec fails before any data is loaded
-    if dataset == "glyphs":
-        from ..data.glyphs import load_glyphs
-
-        splits = {"train": "background", "val": "validation", "test": "evaluation"}
-        loaded = {k: load_glyphs(s, image_size=image_size) for k, s in splits.items()}
-        return _classification(loaded, spec, train_queries, rotate)
-    if dataset == "omniglot":
-        from ..data import load_omniglot
-
-        if data_root is None:
-            raise DataError("--dataset omniglot needs --data-root DIR holding "
-                            "images_background/ and images_evaluation/")
-        splits = {"train": "background", "val": "validation", "test": "evaluation"}
-        loaded = {k: load_omniglot(Path(data_root), s, image_size=image_size)
-                  for k, s in splits.items()}
-        return _classification(loaded, spec, train_queries, rotate)
     if dataset == "sinusoid":
-        from ..data import sinusoid_tasks
+        return _sinusoid(spec)
+    if dataset not in IMAGE_SIZE:
+        raise ConfigError(f"--dataset must be one of {DATASETS}, got {dataset!r}")
+    from .. import data
+    from ..data.tasks import TaskSpec
 
-        shots, queries = sinusoid_spec(spec)
+    TaskSpec.parse(spec)  # a bad spec fails before any data is loaded
+    size = IMAGE_SIZE[dataset] if image_size is None else image_size
+    if dataset == "glyphs":
+        loaded = {k: data.load_glyphs(s, image_size=size) for k, s in _SPLITS.items()}
+    elif dataset == "rgb-shapes":
+        loaded = {k: data.load_rgb_shapes(k, image_size=size) for k in _SPLITS}
+    else:
+        if data_root is None:
+            raise DataError(f"--dataset {dataset} needs --data-root DIR (layouts: docs/data.md)")
+        load = getattr(data, ON_DISK[dataset])
+        names = _SPLITS if dataset == "omniglot" else {k: k for k in _SPLITS}
+        loaded = {k: load(Path(data_root), s, image_size=size) for k, s in names.items()}
+    return _classification(loaded, spec, train_queries, rotate)
 
-        def stream(tag: int) -> TaskSampler:
-            def sample(key: Key, n: int) -> Task:
-                return Task.of(sinusoid_tasks(random.fold_in(key, tag), n, shots, queries))
-            return sample
 
-        return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
-    raise ConfigError(f"--dataset must be one of {DATASETS}, got {dataset!r}")
+def _sinusoid(spec: str) -> TaskSources:
+    from ..data import sinusoid_tasks
+
+    shots, queries = sinusoid_spec(spec)
+
+    def stream(tag: int) -> TaskSampler:
+        def sample(key: Key, n: int) -> Task:
+            return Task.of(sinusoid_tasks(random.fold_in(key, tag), n, shots, queries))
+        return sample
+
+    return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
 
 
 _SINUSOID_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
