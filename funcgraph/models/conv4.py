@@ -125,6 +125,11 @@ def conv4(
     return nn.composite("conv4", children, forward, **meta)
 
 
+class _TorchBlock(torch_nn.Module):
+    """A block's container (``conv``, ``norm``): a subclass, not a bare ``nn.Module()``, so
+    libraries that patch modules by type (``higher``) can patch it too."""
+
+
 class _TorchConv4(torch_nn.Module):
     def __init__(self, ways: int, in_channels: int, hidden: int, variant: str,
                  image_size: int) -> None:
@@ -133,7 +138,7 @@ class _TorchConv4(torch_nn.Module):
         self.variant = variant
         size = image_size
         for i in range(4):
-            block = torch_nn.Module()
+            block = _TorchBlock()
             block.conv = torch_nn.Conv2d(in_channels if i == 0 else hidden, hidden, 3, stride, 1)
             block.norm = torch_nn.BatchNorm2d(hidden, track_running_stats=False)
             self.add_module(f"block{i + 1}", block)
