@@ -19,10 +19,10 @@ from torch import Tensor
 
 from .. import random
 from ..checks import check_fraction, check_int
-from ..errors import KeyMissingError, ShapeError
+from ..errors import ShapeError
 from ..model import Model
-from ..params import Params, State
 from ..random import Key
+from .dropout import keyed_drop
 
 
 def drop_block(drop_prob: float = 0.1, block_size: int = 5) -> Model:
@@ -35,19 +35,7 @@ def drop_block(drop_prob: float = 0.1, block_size: int = 5) -> Model:
     check_fraction("drop_block", "drop_prob", drop_prob)
     check_int("drop_block", "block_size", block_size)
 
-    def init(key: Key) -> tuple[Params, State]:
-        return {}, {}
-
-    def apply(
-        params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
-    ) -> tuple[Tensor, State]:
-        if not train or drop_prob == 0.0:
-            return x, state
-        if key is None:
-            raise KeyMissingError(
-                "drop_block: training mode needs a key; call apply(..., key=funcgraph.random."
-                "key(0), train=True) or pass train=False"
-            )
+    def drop(key: Key, x: Tensor) -> Tensor:
         if x.dim() != 4:
             raise ShapeError(f"drop_block: expected input (B, C, H, W), got {tuple(x.shape)}")
         b, c, h, w = (int(s) for s in x.shape)
@@ -59,9 +47,9 @@ def drop_block(drop_prob: float = 0.1, block_size: int = 5) -> Model:
         spread = F.pad(seeds, (size - 1, size - 1, size - 1, size - 1))
         keep = 1 - F.max_pool2d(spread, size, stride=1)  # (B, C, H, W)
         scale = keep.numel() / keep.sum().clamp_min(1)
-        return x * keep * scale, state
+        return x * keep * scale
 
-    return Model(init, apply, "drop_block", {"drop_prob": drop_prob, "block_size": block_size})
+    return keyed_drop("drop_block", drop_prob, drop, block_size=block_size)
 
 
 __all__ = ["drop_block"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -14,13 +17,11 @@ from ..params import Params, State
 from ..random import Key
 
 
-def dropout(drop_prob: float = 0.5) -> Model:
-    """Zero each element with probability ``drop_prob`` in training, scaling the rest by
-    ``1 / (1 - drop_prob)`` (inverted dropout, as ``nn.Dropout``); identity in evaluation.
-
-    Training needs a ``key``; the mask is a pure function of it.
-    """
-    check_fraction("dropout", "drop_prob", drop_prob)
+def keyed_drop(name: str, drop_prob: float, drop: Callable[[Key, Tensor], Tensor],
+               **meta: Any) -> Model:
+    """A parameter-free layer that applies ``drop(key, x)`` in training and is the identity
+    otherwise (or when ``drop_prob`` is 0): what dropout and DropBlock share. Training without
+    a key is a :class:`KeyMissingError` saying what to pass."""
 
     def init(key: Key) -> tuple[Params, State]:
         return {}, {}
@@ -32,13 +33,27 @@ def dropout(drop_prob: float = 0.5) -> Model:
             return x, state
         if key is None:
             raise KeyMissingError(
-                "dropout: training mode needs a key; call apply(..., key=funcgraph.random.key(0),"
-                " train=True) or pass train=False"
+                f"{name}: training mode needs a key; call apply(..., key=funcgraph.random."
+                "key(0), train=True) or pass train=False"
             )
-        keep = random.bernoulli(key, 1.0 - drop_prob, x.shape)
-        return torch.where(keep, x / (1.0 - drop_prob), torch.zeros_like(x)), state
+        return drop(key, x), state
 
-    return Model(init, apply, "dropout", {"drop_prob": drop_prob})
+    return Model(init, apply, name, {"drop_prob": drop_prob, **meta})
+
+
+def dropout(drop_prob: float = 0.5) -> Model:
+    """Zero each element with probability ``drop_prob`` in training, scaling the rest by
+    ``1 / (1 - drop_prob)`` (inverted dropout, as ``nn.Dropout``); identity in evaluation.
+
+    Training needs a ``key``; the mask is a pure function of it.
+    """
+    check_fraction("dropout", "drop_prob", drop_prob)
+
+    def drop(key: Key, x: Tensor) -> Tensor:
+        keep = random.bernoulli(key, 1.0 - drop_prob, x.shape)
+        return torch.where(keep, x / (1.0 - drop_prob), torch.zeros_like(x))
+
+    return keyed_drop("dropout", drop_prob, drop)
 
 
 def embedding(
