@@ -97,7 +97,8 @@ def batch_norm(
             return y, new_state
         if use_batch:
             mean = x.mean(dim=dims)
-            # two-pass form: same value as x.var(unbiased=False), ~40x faster on CPU in torch 2.13
+            # two-pass form: same value as x.var(unbiased=False), faster on CPU in torch 2.13
+            # (4.6-9.6x forward; benchmarks/batch_norm_variance.py)
             var = (x - mean.reshape(shape)).square().mean(dim=dims)
             if train and track_running_stats:
                 new_state = running_stats_update(state, mean, var, x.numel() // num_features,
