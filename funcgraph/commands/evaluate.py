@@ -29,7 +29,7 @@ def evaluate(
         min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
-    threads: ThreadsOption = 1,
+    threads: ThreadsOption = 0,
     import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
         min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's).")] = None,

@@ -123,7 +123,7 @@ def meta_train(
     episodes: Annotated[int, typer.Option(min=1, max=100_000,
                                                  help="Held-out test tasks at the end.")] = 600,
     device: DeviceOption = "auto",
-    threads: ThreadsOption = 1,
+    threads: ThreadsOption = 0,
     seed: SeedOption = 0,
     dry_run: DryRunOption = False,
     tensorboard: TensorBoardOption = False,
