@@ -11,7 +11,7 @@ from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate, resolve_strategy
 from ..placement import resolve_device
 from ..train import Run
-from .meta_train import MetaTrainConfig, build_learner, init_params, task_size
+from .meta_train import MetaTrainConfig, build_learner, init_params, run_model, task_size
 from .task_sources import task_sources
 
 
@@ -44,8 +44,9 @@ def evaluate_run(
     model_ways = cfg.model.get("ways")
     if model_ways is not None and model_ways != sources.ways:
         raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")
-    learner = build_learner(cfg, sources)
-    template = init_params(cfg, learner)
+    model = run_model(cfg)
+    learner = build_learner(cfg, sources, model)
+    template = init_params(cfg, learner, model)
     tag = checkpoint if run.has_checkpoint(checkpoint) else "last"
     if not run.has_checkpoint(tag):
         raise CheckpointError(f"{run.path}: no checkpoint to evaluate (expected checkpoints/"

@@ -214,10 +214,8 @@ def run_model(cfg: MetaTrainConfig, place: str | None = None) -> Model:
     return model if place is None else placed_model(model, place)
 
 
-def build_learner(cfg: MetaTrainConfig, sources: TaskSources, *,
-                  place: str | None = None) -> MetaLearner:
-    """The meta-learner ``cfg.algo`` over the model ``cfg.model``."""
-    model = run_model(cfg, place)
+def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> MetaLearner:
+    """The meta-learner ``cfg.algo`` over ``model`` (:func:`run_model` of ``cfg``)."""
     apply = bind(model, {}, train=True)
     kw: dict[str, Any] = {"kind": sources.kind, "inner_steps": cfg.inner_steps,
                           "inner_lr": cfg.inner_lr, "eval_steps": cfg.inner_steps_eval}
@@ -267,10 +265,9 @@ class RunKeys:
                 random.split(random.fold_in(self.model, step), meta_batch))
 
 
-def init_params(cfg: MetaTrainConfig, learner: MetaLearner, *,
-                place: str | None = None) -> Params:
-    """Initial meta-parameters, from :attr:`RunKeys.init`; the model must be stateless."""
-    model = run_model(cfg, place)
+def init_params(cfg: MetaTrainConfig, learner: MetaLearner, model: Model) -> Params:
+    """Initial meta-parameters of ``model``, from :attr:`RunKeys.init`; the model must be
+    stateless."""
     params, state = model.init(RunKeys.of(cfg.seed).init)
     if state:
         raise ConfigError(f"model {model.name} has state {sorted(state)[:3]}...; meta-learning "
@@ -319,8 +316,9 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     them (:func:`check_fit`) and refuse a meta-batch the device's free memory cannot hold."""
     if not cfg.model:
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    learner = build_learner(cfg, sources, place=place)
-    params = init_params(cfg, learner, place=place)
+    model = run_model(cfg, place)
+    learner = build_learner(cfg, sources, model)
+    params = init_params(cfg, learner, model)
     per_task = check_fit(learner, params, sources)
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
@@ -484,5 +482,6 @@ __all__ = [
     "meta_train",
     "model_config",
     "plan_meta_train",
+    "run_model",
     "task_size",
 ]
