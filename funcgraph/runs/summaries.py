@@ -19,11 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from ..errors import FuncgraphError
 from ..train.checkpoint import checkpoint_exists, checkpoint_step
-from ..train.ownership import CONFIG_FILE, LOCK_FILE
+from ..train.ownership import CONFIG_FILE, RunLock
 from ..train.run import METRICS_FILE, Run
 from .curves import metric_of
 
@@ -60,18 +58,6 @@ def find_runs(folders: Iterable[str | Path]) -> list[Path]:
             if (candidate / CONFIG_FILE).is_file():
                 found.add(candidate)
     return sorted(found)
-
-
-def _in_use(path: Path) -> bool:
-    if not (path / LOCK_FILE).exists():
-        return False
-    lock = FileLock(str(path / LOCK_FILE), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        return True
-    lock.release()
-    return False
 
 
 def _describe(config: dict[str, Any]) -> tuple[str, str, str]:
@@ -113,7 +99,7 @@ def summarize(path: str | Path) -> RunSummary:
     finished = final is not None or summary_file.exists()
     if summary_file.exists():
         done = int(json.loads(summary_file.read_text()).get("steps_done", done))
-    if _in_use(run.path):
+    if RunLock(run.path).held_elsewhere():
         status = "in use"
     elif finished:
         status = "finished"

@@ -72,6 +72,18 @@ class RunLock:
         atomic_write(self.path / OWNER_FILE, json.dumps(owner).encode())
         return self
 
+    def held_elsewhere(self) -> bool:
+        """Whether another process holds the directory now (a probe: takes and drops the
+        lock when it is free; never creates a lock file where there is none)."""
+        if not (self.path / LOCK_FILE).exists():
+            return False
+        try:
+            self._lock.acquire()
+        except Timeout:
+            return True
+        self._lock.release()
+        return False
+
     def release(self) -> None:
         """Give the directory up (idempotent)."""
         if self._lock.is_locked:
