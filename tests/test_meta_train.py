@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 
 from funcgraph import random
 from funcgraph.cli import app
+from funcgraph.errors import ConfigError
 from funcgraph.meta import Task
 from funcgraph.runs import MetaTrainConfig, TaskSources, evaluate_run, meta_train
+from funcgraph.runs.meta_train import meta_lr_at
 from funcgraph.train import Run
 
 WAYS = 3
@@ -219,6 +221,35 @@ def test_bad_model_or_spec_is_one_line_and_leaves_no_run_directory(
              if not line.startswith("run directory:")]
     assert len(lines) == 1 and message in lines[0], f"expected one line naming {message!r}: {lines}"
     assert not out.exists(), f"a failed start left {sorted(p.name for p in out.iterdir())}"
+
+
+def test_reptile_recipe_sgd_meta_step_annealed_from_one_resumes_bit_for_bit(
+        tmp_path: Path) -> None:
+    """Reptile's recipe: Adam inner loop, plain SGD meta-step with a linearly annealed rate.
+    SGD keeps no optimiser state, which a resume must accept; the rate follows the absolute
+    meta-step, so a resumed run equals a whole one."""
+    cfg = MetaTrainConfig(**{**config(4).to_json(), "algo": "reptile", "inner_steps": 2,
+                             "inner_lr": 1e-2, "inner_optimizer": "adam",
+                             "meta_optimizer": "sgd", "linear_meta_lr": True, "meta_lr": 1.0})
+    assert [meta_lr_at(cfg, s) for s in (0, 2, 4)] == [1.0, 0.5, 0.0]
+    whole = run_quiet(cfg, tmp_path / "whole", sources=sources())
+    with pytest.raises(KeyboardInterrupt):
+        run_quiet(cfg, tmp_path / "cut", sources=sources(interrupt_at=3))
+    resumed = run_quiet(cfg, tmp_path / "cut", sources=sources(), resume=True)
+    for n, p in whole.params.items():  # type: ignore[attr-defined]
+        assert torch.equal(p, resumed.params[n]), f"reptile: {n} differs after resume"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"inner_optimizer": "adam"}, "applies to reptile"),
+    ({"algo": "reptile", "cosine_meta_lr": True, "linear_meta_lr": True}, "choose one"),
+    ({"meta_optimizer": "lamb"}, "--meta-optimizer must be one of"),
+    ({"algo": "reptile", "inner_optimizer": "lbfgs"}, "--inner-optimizer must be one of"),
+])
+def test_optimizer_options_that_contradict_are_refused(changes: dict[str, Any],
+                                                       message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        MetaTrainConfig(**{**config(2).to_json(), **changes})
 
 
 @pytest.mark.parametrize("algo", ["mamlpp", "imaml"])

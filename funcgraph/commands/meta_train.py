@@ -49,6 +49,16 @@ class Dataset(StrEnum):
     sinusoid = "sinusoid"
 
 
+class MetaOptimizer(StrEnum):
+    adam = "adam"
+    sgd = "sgd"
+
+
+class InnerOptimizer(StrEnum):
+    sgd = "sgd"
+    adam = "adam"
+
+
 class StrategyChoice(StrEnum):
     auto = "auto"
     measure = "measure"
@@ -94,6 +104,15 @@ def meta_train(
     cosine_meta_lr: Annotated[bool | None, typer.Option(
         "--cosine-meta-lr/--constant-meta-lr",
         help="Cosine-anneal the meta learning rate to 0 (default: on for mamlpp).")] = None,
+    linear_meta_lr: Annotated[bool | None, typer.Option(
+        "--linear-meta-lr",
+        help="Anneal the meta learning rate linearly to 0 (Reptile's outer step size).")
+    ] = None,
+    meta_optimizer: Annotated[MetaOptimizer | None, typer.Option(
+        help="Optimiser of the meta-step (default adam; reptile's recipe: sgd).")] = None,
+    inner_optimizer: Annotated[InnerOptimizer | None, typer.Option(
+        help="Reptile: optimiser of the inner loop (adam: betas (0, 0.999), fresh per task).")
+    ] = None,
     msl_anneal_steps: Annotated[int | None, typer.Option(
         min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
                                "towards the last inner step (default: 15% of --steps).")] = None,
@@ -172,7 +191,10 @@ def meta_train(
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
         first_order=first_order or None, remat=remat or None, train_queries=train_queries,
-        cosine_meta_lr=cosine_meta_lr, msl_anneal_steps=msl_anneal_steps,
+        cosine_meta_lr=cosine_meta_lr, linear_meta_lr=linear_meta_lr,
+        meta_optimizer=None if meta_optimizer is None else meta_optimizer.value,
+        inner_optimizer=None if inner_optimizer is None else inner_optimizer.value,
+        msl_anneal_steps=msl_anneal_steps,
         first_order_until=first_order_until, imaml_lambda=imaml_lambda, cg_steps=cg_steps,
         cg_tol=cg_tol,
         rotate=rotate or None,

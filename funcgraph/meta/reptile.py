@@ -7,17 +7,42 @@ pseudo-gradient *is* Reptile's update (Adam on it is the common variant). The in
 fits all of a task's examples (support and query); no second-order term is involved. With task
 keys, inner step ``i`` uses the support key of step ``i`` and the query forward the query key
 (the schedule is in :mod:`funcgraph.meta.learner`).
+
+The inner optimiser is SGD or, as in the paper's experiments, Adam with ``beta1 = 0``
+(``inner_optimizer="adam"``). The paper's code keeps Adam's second-moment estimate across
+tasks (its optimiser slots are not among the variables Reptile resets); here every task starts
+from a fresh Adam state, so a task's adaptation depends on that task alone and tasks stay
+independent under ``vmap``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import Tensor
 
+from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
-from .learner import MetaLearner, Task, call, check_apply, objective, query_key
+from ..random import Key
+from ..train import adam
+from .learner import (
+    MetaLearner,
+    Task,
+    call,
+    check_apply,
+    grad_of,
+    objective,
+    query_key,
+    support_keys,
+)
 from .maml import InnerLoop, adapt
+
+INNER_OPTIMIZERS = ("sgd", "adam")
+ADAM_BETAS = (0.0, 0.999)
+"""The paper's inner Adam: no first-moment averaging (``beta1 = 0``)."""
 
 
 def reptile(
@@ -27,31 +52,41 @@ def reptile(
     inner_steps: int = 5,
     inner_lr: float = 0.1,
     eval_steps: int | None = None,
+    inner_optimizer: str = "sgd",
 ) -> MetaLearner:
     """Reptile over ``apply(params, x)``; see the module docstring.
 
     Arguments:
         apply: ``f(params, x) -> prediction``; tasks with keys need it to take ``key=``.
-        inner_steps, inner_lr: SGD steps and rate of the inner loop in training.
+        inner_steps, inner_lr: steps and learning rate of the inner loop in training.
         eval_steps: inner steps at evaluation (adapting on the support set only).
+        inner_optimizer: ``"sgd"`` or ``"adam"`` (``betas = (0, 0.999)``, fresh per task).
     """
+    if inner_optimizer not in INNER_OPTIMIZERS:
+        raise ConfigError(f"reptile: inner_optimizer must be one of {INNER_OPTIMIZERS}, got "
+                          f"{inner_optimizer!r}")
     apply, uses_keys = check_apply(apply, "reptile")
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order=True)
     eval_inner = InnerLoop(inner_steps if eval_steps is None else eval_steps, inner_lr,
                            first_order=True)
 
+    def fit(params: Params, x: Tensor, y: Tensor, inner: InnerLoop, key: Tensor | None
+            ) -> Params:
+        if inner_optimizer == "sgd":
+            return adapt(apply, params, x, y, loss=obj.loss, inner=inner, key=key)
+        return adapt_adam(apply, params, x, y, loss=obj.loss, inner=inner, key=key)
+
     def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
         x = torch.cat([task.support_x, task.query_x])
         y = torch.cat([task.support_y, task.query_y])
-        fast = adapt(apply, meta_params, x, y, loss=obj.loss, inner=train_inner, key=task.key)
+        fast = fit(meta_params, x, y, train_inner, task.key)
         pseudo = {n: (p - fast[n]).detach() for n, p in meta_params.items()}
         loss, metric = query_score(fast, task)
         return pseudo, loss, metric
 
     def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        fast = adapt(apply, meta_params, task.support_x, task.support_y, loss=obj.loss,
-                     inner=eval_inner, key=task.key)
+        fast = fit(meta_params, task.support_x, task.support_y, eval_inner, task.key)
         return query_score(fast, task)
 
     def query_score(fast: Params, task: Task) -> tuple[Tensor, Tensor]:
@@ -60,8 +95,34 @@ def reptile(
         return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
 
     hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr,
-               "eval_steps": eval_inner.steps, "kind": kind}
+               "eval_steps": eval_inner.steps, "kind": kind, "inner_optimizer": inner_optimizer}
     return MetaLearner("reptile", dict, task_grad, task_eval, obj, hparams, uses_keys=uses_keys)
 
 
-__all__ = ["reptile"]
+def adapt_adam(
+    apply: BoundApply,
+    params: Params,
+    x: Tensor,
+    y: Tensor,
+    *,
+    loss: Callable[[Tensor, Tensor], Tensor],
+    inner: InnerLoop,
+    key: Key | None = None,
+) -> Params:
+    """Params after ``inner.steps`` first-order Adam steps (``betas = (0, 0.999)``, learning
+    rate ``inner.lr``, a fresh state) on ``loss(apply(params, x), y)``; step ``i`` forwards
+    with the support key of step ``i``, as :func:`~funcgraph.meta.maml.adapt` does."""
+    optimizer = adam(inner.lr, betas=ADAM_BETAS)
+
+    def support_loss(f: Params, step_key: Key | None) -> Tensor:
+        return loss(call(apply, f, x, step_key), y)
+
+    fast = {n: p.detach() for n, p in params.items()}
+    state = optimizer.init(fast)
+    for step_key in support_keys(key, inner.steps):
+        grads = grad_of(partial(support_loss, step_key=step_key), fast)
+        fast, state = optimizer.update(fast, grads, state)
+    return fast
+
+
+__all__ = ["adapt_adam", "reptile"]

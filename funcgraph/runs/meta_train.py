@@ -39,12 +39,13 @@ from ..meta import (
     reptile,
     resolve_strategy,
 )
+from ..meta.reptile import INNER_OPTIMIZERS
 from ..meta.strategy import CHOICES, STRATEGIES
 from ..model import Model, bind
 from ..params import Params
 from ..placement import placed_model, resolve_device
 from ..random import Key
-from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
+from ..train import Groups, LoopConfig, Optimizer, Run, adam, cosine_lr, run_loop, sgd
 from .curves import write_curves
 from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory, fmt_bytes
 from .options import check_count, check_rate
@@ -53,6 +54,7 @@ from .resolve import ModelSpec, resolve_model, with_overrides
 from .task_sources import ON_DISK, TaskSources, task_sources
 
 ALGOS = ("maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml", "reptile", "protonet")
+META_OPTIMIZERS = ("adam", "sgd")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class MetaTrainConfig:
     first_order: bool = False
     remat: bool = False
     cosine_meta_lr: bool = False
+    linear_meta_lr: bool = False
+    meta_optimizer: str = "adam"
+    inner_optimizer: str = "sgd"
     msl_anneal_steps: int | None = None
     first_order_until: int = 0
     imaml_lambda: float = 1.0
@@ -114,6 +119,12 @@ class MetaTrainConfig:
             check_count("msl_anneal_steps", self.msl_anneal_steps, 1)
         if not (math.isfinite(self.cg_tol) and self.cg_tol >= 0):
             raise ConfigError(f"--cg-tol must be a finite number >= 0, got {self.cg_tol!r}")
+        if self.meta_optimizer not in META_OPTIMIZERS:
+            raise ConfigError(f"--meta-optimizer must be one of {META_OPTIMIZERS}, got "
+                              f"{self.meta_optimizer!r}")
+        if self.inner_optimizer not in INNER_OPTIMIZERS:
+            raise ConfigError(f"--inner-optimizer must be one of {INNER_OPTIMIZERS}, got "
+                              f"{self.inner_optimizer!r}")
         self._check_combination()
 
     def _check_combination(self) -> None:
@@ -124,6 +135,13 @@ class MetaTrainConfig:
         if self.remat and (self.first_order or self.algo == "fomaml"):
             raise ConfigError("--remat saves memory of the second-order gradient; first-order "
                               "MAML keeps no second-order graph (drop one of the two)")
+        if self.cosine_meta_lr and self.linear_meta_lr:
+            raise ConfigError("--cosine-meta-lr and --linear-meta-lr are two schedules of the "
+                              "same rate; choose one")
+        if self.inner_optimizer != "sgd" and self.algo != "reptile":
+            raise ConfigError(f"--inner-optimizer {self.inner_optimizer} applies to reptile; "
+                              f"the inner loop of {self.algo} is SGD (its meta-gradient "
+                              "differentiates through it)")
         if self.first_order and self.algo in ("reptile", "protonet", "imaml"):
             raise ConfigError(f"--first-order applies to the MAML family; {self.algo} has no "
                               "second-order term to drop")
@@ -224,7 +242,7 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> M
             raise ConfigError("--algo protonet needs a classification dataset (glyphs, omniglot)")
         return protonet(apply, ways=sources.ways)
     if cfg.algo == "reptile":
-        return reptile(apply, **kw)
+        return reptile(apply, inner_optimizer=cfg.inner_optimizer, **kw)
     if cfg.algo == "mamlpp":
         anneal = cfg.msl_anneal_steps or max(1, round(0.15 * cfg.steps))
         first_order_until = cfg.steps if cfg.first_order else cfg.first_order_until
@@ -236,6 +254,22 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> M
     return maml(apply, first_order=first_order, learn_lr=cfg.algo == "metasgd",
                 adapt_prefix="head" if cfg.algo == "anil" else None, remat=cfg.remat,
                 name=cfg.algo, **kw)
+
+
+def meta_optimizer(cfg: MetaTrainConfig) -> Optimizer:
+    """The meta-step's optimiser: Adam, or plain SGD (Reptile's ``theta += eps (W - theta)``
+    is SGD on its pseudo-gradient with rate ``eps``)."""
+    return sgd(cfg.meta_lr) if cfg.meta_optimizer == "sgd" else adam(cfg.meta_lr)
+
+
+def meta_lr_at(cfg: MetaTrainConfig, step: int) -> float:
+    """The meta learning rate of meta-step ``step``: constant, cosine-annealed to 0, or
+    linearly annealed to 0 (Reptile's outer step size) over ``cfg.steps``."""
+    if cfg.cosine_meta_lr:
+        return cosine_lr(cfg.meta_lr, step, cfg.steps)
+    if cfg.linear_meta_lr:
+        return cfg.meta_lr * (1 - step / cfg.steps)
+    return cfg.meta_lr
 
 
 @dataclass(frozen=True)
@@ -383,16 +417,16 @@ def meta_train(
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
                      tensorboard=tensorboard)
     try:
-        optimizer = adam(cfg.meta_lr)
+        optimizer = meta_optimizer(cfg)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
         start, best_value, strategy = 0, None, None
         if resume and run.has_checkpoint("last"):
             # Verify the params against the model; the optimiser state is ours (its "step" entry
             # appears after the first update, so an init template would not match it).
             loaded, meta = run.load("last", expect={"params": params})
-            if "opt" not in loaded:
+            if "opt" not in loaded and groups["opt"]:
                 raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
-            groups = {"params": loaded["params"], "opt": loaded["opt"]}
+            groups = {"params": loaded["params"], "opt": loaded.get("opt", {})}
             start, best_value = int(meta["step"]), meta.get("best_value")
             strategy = meta.get("strategy") if meta.get("device") == dev.type else None
             if env.is_main:
@@ -416,8 +450,8 @@ def meta_train(
                     {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
                 loss, metric = grads.pop("loss."), grads.pop("metric.")
                 comm["comm_s"] = time.perf_counter() - started
-            lr = cosine_lr(cfg.meta_lr, step, cfg.steps) if cfg.cosine_meta_lr else cfg.meta_lr
-            params, opt = optimizer.update(groups["params"], grads, groups["opt"], lr=lr)
+            params, opt = optimizer.update(groups["params"], grads, groups["opt"],
+                                           lr=meta_lr_at(cfg, step))
             if env.active and (step + 1) % sync_every == 0:
                 distributed.assert_in_sync(params, env, step + 1)
             return {"params": params, "opt": opt}, {
