@@ -8,21 +8,33 @@ shared parameters; Adam steps once per meta-batch. With ``higher`` installed (``
 higher``, a real third-party MAML), its ``innerloop_ctx`` runs the same step as a second
 reference row. funcgraph runs the same computation as a
 pure function (``funcgraph.meta.maml`` over ``conv4``) in each variant named by
-``--strategies``: ``loop``, ``vmap`` or ``vmapN`` (N tasks at a time), optionally with
+``--strategies``: ``loop``, ``threads``, ``vmap`` or ``vmapN`` (N tasks at a time), optionally with
 ``+remat`` (the rematerialised meta-gradient: first-order query pass, one Hessian-vector
 product per inner step; the memory-saving mode); ``loop+compile`` loops over each task's
 meta-gradient compiled as one ``torch.compile`` graph (compiled during the gradient check,
-tens of seconds).
+tens of seconds); ``+twin`` runs funcgraph's maml over conv4's ``torch.nn`` twin instead
+(its forward as a function of the params, ``torch.func.functional_call``: funcgraph's
+machinery on the un-rewritten model; the loop only: native batch norm's
+second order is wrong under ``vmap``, and ``functional_call`` is not thread-safe).
 
-Timings are interleaved (baseline, then each funcgraph variant, repeated), so load changes on
-a shared machine hit all alike; the table shows medians. Before timing, the meta-gradients of
-every variant are compared with the baseline's on the same batch. Peak RSS is measured per
-variant in a fresh process (``--peak-of``) that builds the same batch and runs that variant's
-step twice, resetting the kernel's high-water mark (``/proc/self/clear_refs``) before the
-second, so that memory freed by other variants or kept by a compilation cannot blur it.
-``--breakdown N`` adds the N operators that take longest in one step of the first
-variant (each kernel call timed directly). GFLOP/s divides the useful work (FLOPs of the
-baseline step, counted once with ``torch.utils.flop_counter``) by each variant's time.
+The speed-up over the baseline mixes two things: conv4's exact rewrites (the fused first
+block, ReLU after max-pool, channels-last; see ``funcgraph/models/conv4.py``) and funcgraph's
+meta-learning machinery. The row "baseline on funcgraph's conv4" separates them: the same
+clone-and-adapt loop, whose module is a ``torch.nn`` face of funcgraph's conv4
+(:class:`FuncgraphConv4`), so only the loop is the baseline's; a summary line per funcgraph
+variant splits its speed-up into baseline / baseline-on-rewritten (what the rewrites buy) and
+baseline-on-rewritten / funcgraph (what the machinery buys).
+
+Timings are interleaved (the references, then each funcgraph variant, repeated), so load
+changes on a shared machine hit all alike; the table shows medians. Before timing, the
+meta-gradients of every variant are compared with the baseline's on the same batch. Peak RSS
+is measured per variant in a fresh process (``--peak-of``) that builds the same batch and
+runs that variant's step twice, resetting the kernel's high-water mark
+(``/proc/self/clear_refs``) before the second, so that memory freed by other variants or
+kept by a compilation cannot blur it. ``--breakdown N`` adds the N operators that take
+longest in one step of the first variant (each kernel call timed directly). GFLOP/s divides
+the useful work (FLOPs of the baseline step, counted once with ``torch.utils.flop_counter``)
+by each variant's time.
 
 Example (the issue's configuration; prints a table and JSON lines)::
 
@@ -76,6 +88,29 @@ def update_module(module: nn.Module, grads: dict[str, Tensor], lr: float, prefix
     for name, child in module._modules.items():
         if child is not None:
             update_module(child, grads, lr, f"{prefix}{name}.")
+
+
+class FuncgraphConv4(nn.Module):
+    """funcgraph's conv4 behind a ``torch.nn`` face, for the clone-and-adapt baseline: its
+    parameters are conv4's params (copies, as ``nn.Parameter``), in nested submodules that
+    mirror their dotted names, and its forward calls conv4's ``apply`` with whichever tensors
+    sit in those slots (after :func:`update_module`, the adapted ones). The computation is
+    exactly funcgraph's rewritten conv4; only the meta-learning loop around it is not."""
+
+    def __init__(self, apply: BoundApply, params: Params) -> None:
+        super().__init__()
+        self.conv4 = apply  # a plain attribute: ``nn.Module.apply`` is taken
+        for name, value in params.items():
+            *path, leaf = name.split(".")
+            owner: nn.Module = self
+            for part in path:
+                if part not in owner._modules:
+                    owner.add_module(part, nn.Module())
+                owner = owner._modules[part]  # type: ignore[assignment]
+            owner.register_parameter(leaf, nn.Parameter(value.detach().clone()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.conv4(dict(self.named_parameters()), x)
 
 
 def baseline_grads(module: nn.Module, tasks: Task, lr: float, steps: int) -> Params:
@@ -160,6 +195,8 @@ def compiled_task_grad(apply: BoundApply, steps: int, lr: float) -> TaskGradFn:
 
 
 BASELINE = "baseline (clone-and-adapt loop)"
+REWRITTEN = "baseline on funcgraph's conv4"
+BASELINES = (BASELINE, REWRITTEN)
 HIGHER = "higher (innerloop_ctx, installed)"
 
 CONVOLUTIONS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
@@ -236,10 +273,10 @@ def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], fl
     return run
 
 
-def baseline_in_child() -> Callable[[], float]:
-    """The baseline's step in a child process with glibc's default allocator settings: each
-    call asks it for one step and returns the duration it measured."""
-    child = subprocess.Popen(child_command("--serve-baseline"),
+def baseline_in_child(name: str) -> Callable[[], float]:
+    """The step of baseline ``name`` in a child process with glibc's default allocator
+    settings: each call asks it for one step and returns the duration it measured."""
+    child = subprocess.Popen(child_command("--serve-baseline", name),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     stdin, stdout = child.stdin, child.stdout
@@ -249,6 +286,32 @@ def baseline_in_child() -> Callable[[], float]:
         stdin.flush()
         return float(stdout.readline())
     return run
+
+
+def print_split(base: float, rewritten: float, funcgraph: dict[str, float]) -> None:
+    """Each funcgraph variant's speed-up over the baseline (median seconds ``base``) as the
+    product of what conv4's rewrites buy (baseline / baseline on funcgraph's conv4, median
+    ``rewritten``) and what funcgraph's machinery buys (baseline on funcgraph's conv4 /
+    funcgraph); a ``+twin`` variant, the other way round, splits its rewritten counterpart's
+    speed-up into funcgraph's machinery on the twin (baseline / twin variant) and the rewrites
+    under that machinery (twin variant / its counterpart). A line and a JSON line each."""
+    rewrites = base / rewritten
+    for name, sec in funcgraph.items():
+        if name.endswith("+twin"):
+            continue
+        machinery = rewritten / sec
+        print(f"split of 'funcgraph {name}' ({base / sec:.2f}x): conv4's rewrites "
+              f"{rewrites:.2f}x (baseline / baseline on funcgraph's conv4) * funcgraph's "
+              f"machinery {machinery:.2f}x (baseline on funcgraph's conv4 / funcgraph)")
+        print(json.dumps({"split_of": f"funcgraph {name}", "speedup_vs_baseline": base / sec,
+                          "rewrites": rewrites, "machinery": machinery}))
+        twin = funcgraph.get(f"{name}+twin")
+        if twin is not None:
+            print(f"  the other way round: funcgraph's machinery on the torch.nn twin "
+                  f"{base / twin:.2f}x (baseline / funcgraph {name}+twin) * conv4's rewrites "
+                  f"under it {twin / sec:.2f}x (funcgraph {name}+twin / funcgraph {name})")
+            print(json.dumps({"split_of": f"funcgraph {name}", "order": "machinery first",
+                              "machinery_on_twin": base / twin, "rewrites_under_it": twin / sec}))
 
 
 def main() -> None:
@@ -263,7 +326,8 @@ def main() -> None:
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
     p.add_argument("--strategies", default="loop,loop+remat,vmap8",
                    help="funcgraph variants: loop, threads, vmap, vmapN (vmap N tasks at a "
-                        "time), each optionally +remat; loop+compile")
+                        "time), each optionally +remat; loop+compile; loop+twin "
+                        "(funcgraph's maml over conv4's torch.nn twin)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -279,11 +343,11 @@ def main() -> None:
     p.add_argument("--breakdown", type=int, default=0, metavar="N",
                    help="also print the N operators that take longest in one step of the "
                         "first variant")
-    p.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--serve-baseline", default=None, help=argparse.SUPPRESS)
     p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
     args = p.parse_args()
     clock = time.perf_counter if args.clock == "wall" else time.process_time
-    baseline_only = args.serve_baseline or args.peak_of == BASELINE
+    baseline_only = args.serve_baseline is not None or args.peak_of in BASELINES
     keep = args.malloc == "keep" or (args.malloc == "shipped" and not baseline_only)
     if keep and not keep_freed_memory():
         raise SystemExit(f"--malloc {args.malloc}: this C library has no glibc mallopt")
@@ -294,16 +358,24 @@ def main() -> None:
     params, state = model.init(random.key(args.seed))
     module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
     module.to(dtype).load_state_dict(params)
+    rewritten = FuncgraphConv4(bind(model, state), params)
     tasks = make_tasks(args, dtype)
+
+    def twin(p: Params, x: Tensor) -> Tensor:
+        """The ``torch.nn`` twin's forward as a function of the params (not thread-safe:
+        ``functional_call`` swaps the tensors into the module for the call)."""
+        return torch.func.functional_call(module, p, (x,))
+
     def parse(spec: str) -> tuple[str, int | None, TaskGradFn]:
         """``(strategy, chunk size, task gradient)`` of a variant spec such as ``vmap8+remat``."""
         name, *flags = spec.split("+")
-        unknown = set(flags) - {"remat", "compile"}
+        unknown = set(flags) - {"remat", "compile", "twin"}
         if unknown or not (name in ("loop", "threads") or name.startswith("vmap")) or (
-                "compile" in flags and (name != "loop" or "remat" in flags)):
+                "compile" in flags and (name != "loop" or "remat" in flags)) or (
+                "twin" in flags and (name != "loop" or "compile" in flags)):
             raise SystemExit(f"--strategies: cannot read {spec!r}")
         chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        apply = bind(model, state)
+        apply = twin if "twin" in flags else bind(model, state)
         task_grad = (compiled_task_grad(apply, args.inner_steps, args.inner_lr)
                      if "compile" in flags else
                      maml(apply, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
@@ -313,14 +385,28 @@ def main() -> None:
     specs = {spec: parse(spec) for spec in args.strategies.split(",")}
     opt_fg = adam(1e-3)
     opt_state = opt_fg.init(params)
-    opt_base = torch.optim.Adam(module.parameters(), 1e-3)
 
-    def base_step() -> None:
-        baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
-        opt_base.step()
+    # The torch.nn references: how each computes its meta-gradient, and on which module.
+    references: dict[str, tuple[Callable[..., Params], nn.Module]] = {
+        BASELINE: (baseline_grads, module), REWRITTEN: (baseline_grads, rewritten)}
+    if importlib.util.find_spec("higher") is not None:
+        references[HIGHER] = (higher_grads, module)
 
-    if args.serve_baseline:  # the child of --malloc shipped: one timed step per request
-        timed_step = timer(base_step, clock)
+    def reference_grads(name: str) -> Params:
+        grads_of, net = references[name]
+        return grads_of(net, tasks, args.inner_lr, args.inner_steps)
+
+    def reference_step(name: str) -> Callable[[], None]:
+        """One step of reference ``name``: its meta-gradient, then Adam on its module."""
+        opt = torch.optim.Adam(references[name][1].parameters(), 1e-3)
+
+        def step() -> None:
+            reference_grads(name)
+            opt.step()
+        return step
+
+    if args.serve_baseline is not None:  # a child of --malloc shipped: one step per request
+        timed_step = timer(reference_step(args.serve_baseline), clock)
         for _ in sys.stdin:
             print(timed_step(), flush=True)
         return
@@ -336,13 +422,7 @@ def main() -> None:
             opt_fg.update(params, fg_grads(spec), opt_state)  # dropped: same params every rep
         return step
 
-    variants: dict[str, Callable[[], None]] = {BASELINE: base_step}
-    if importlib.util.find_spec("higher") is not None:
-        def higher_step() -> None:
-            higher_grads(module, tasks, args.inner_lr, args.inner_steps)
-            opt_base.step()
-
-        variants[HIGHER] = higher_step
+    variants = {name: reference_step(name) for name in references}
     for name in specs:
         variants[f"funcgraph {name}"] = fg_step(name)
 
@@ -354,10 +434,10 @@ def main() -> None:
         return
 
     # Equal meta-gradients on this batch before any timing (float32: rounding-level agreement).
-    want = baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
-    others: dict[str, Callable[[], Params]] = {name: (lambda n=name: fg_grads(n)) for name in specs}
-    if HIGHER in variants:
-        others[HIGHER] = lambda: higher_grads(module, tasks, args.inner_lr, args.inner_steps)
+    want = reference_grads(BASELINE)
+    others: dict[str, Callable[[], Params]] = {
+        **{name: (lambda n=name: reference_grads(n)) for name in references if name != BASELINE},
+        **{f"funcgraph {name}": (lambda n=name: fg_grads(n)) for name in specs}}
     for name, grads_of in others.items():
         got = grads_of()
         # Relative to the whole gradient: conv biases before batch norm have ~0 gradient, so
@@ -377,7 +457,7 @@ def main() -> None:
     rss = {name: peak_rss_in_child(name) for name in variants}
     timed = {name: timer(fn, clock) for name, fn in variants.items()}
     if args.malloc == "shipped":
-        timed[BASELINE] = baseline_in_child()
+        timed.update({name: baseline_in_child(name) for name in BASELINES})
     times: dict[str, list[float]] = {name: [] for name in variants}
     for run in timed.values():  # warm-up
         run()
@@ -403,6 +483,8 @@ def main() -> None:
         print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
               f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
         print(json.dumps(row))
+    print_split(base, statistics.median(times[REWRITTEN]),
+                {name: statistics.median(times[f"funcgraph {name}"]) for name in specs})
     if conv_s > 0:  # the threads strategy runs its convolutions where the replay cannot see
         print(f"convolutions of one 'funcgraph {first}' step, replayed alone: {conv_s:.3f} s: "
               f"with no other work the step would be {base / conv_s:.2f}x the baseline")
