@@ -382,7 +382,7 @@ def main() -> None:
                    "random0,random1) into the cache and stop; default: all, then report")
     pr = sub.add_parser("protocol", help="searched cells against the distribution of random "
                         "cells of the same space, same budget and seeds")
-    pr.add_argument("searched", type=Path, nargs="+",
+    pr.add_argument("searched", type=Path, nargs="*",
                     help="genotype.json files or search run directories")
     pr.add_argument("--random", type=_positive, default=8, help="random cells (key(100 + i))")
     pr.add_argument("--space", type=Path, default=None,
