@@ -223,6 +223,18 @@ def test_bad_model_or_spec_is_one_line_and_leaves_no_run_directory(
     assert not out.exists(), f"a failed start left {sorted(p.name for p in out.iterdir())}"
 
 
+def assert_resume_is_bit_for_bit(cfg: MetaTrainConfig, tmp_path: Path) -> Any:
+    """Run ``cfg`` whole, and cut by Ctrl-C at its third meta-batch then resumed; assert both
+    end with equal params and return the whole run's result."""
+    whole = run_quiet(cfg, tmp_path / "whole", sources=sources())
+    with pytest.raises(KeyboardInterrupt):
+        run_quiet(cfg, tmp_path / "cut", sources=sources(interrupt_at=3))
+    resumed = run_quiet(cfg, tmp_path / "cut", sources=sources(), resume=True)
+    for n, p in whole.params.items():  # type: ignore[attr-defined]
+        assert torch.equal(p, resumed.params[n]), f"{cfg.algo}: {n} differs after resume"  # type: ignore[attr-defined]
+    return whole
+
+
 def test_reptile_recipe_sgd_meta_step_annealed_from_one_resumes_bit_for_bit(
         tmp_path: Path) -> None:
     """Reptile's recipe: Adam inner loop, plain SGD meta-step with a linearly annealed rate.
@@ -232,12 +244,7 @@ def test_reptile_recipe_sgd_meta_step_annealed_from_one_resumes_bit_for_bit(
                              "inner_lr": 1e-2, "inner_optimizer": "adam",
                              "meta_optimizer": "sgd", "linear_meta_lr": True, "meta_lr": 1.0})
     assert [meta_lr_at(cfg, s) for s in (0, 2, 4)] == [1.0, 0.5, 0.0]
-    whole = run_quiet(cfg, tmp_path / "whole", sources=sources())
-    with pytest.raises(KeyboardInterrupt):
-        run_quiet(cfg, tmp_path / "cut", sources=sources(interrupt_at=3))
-    resumed = run_quiet(cfg, tmp_path / "cut", sources=sources(), resume=True)
-    for n, p in whole.params.items():  # type: ignore[attr-defined]
-        assert torch.equal(p, resumed.params[n]), f"reptile: {n} differs after resume"  # type: ignore[attr-defined]
+    assert_resume_is_bit_for_bit(cfg, tmp_path)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -259,12 +266,7 @@ def test_mamlpp_and_imaml_meta_train_and_resume_bit_for_bit(tmp_path: Path, algo
     extra: dict[str, Any] = ({"cosine_meta_lr": True, "first_order_until": 2,
                               "msl_anneal_steps": 3} if algo == "mamlpp" else {"cg_steps": 2})
     cfg = MetaTrainConfig(**{**config(4).to_json(), "algo": algo, "inner_steps": 2, **extra})
-    whole = run_quiet(cfg, tmp_path / "whole", sources=sources())
-    with pytest.raises(KeyboardInterrupt):
-        run_quiet(cfg, tmp_path / "cut", sources=sources(interrupt_at=3))
-    resumed = run_quiet(cfg, tmp_path / "cut", sources=sources(), resume=True)
-    for n, p in whole.params.items():  # type: ignore[attr-defined]
-        assert torch.equal(p, resumed.params[n]), f"{algo}: {n} differs after resume"  # type: ignore[attr-defined]
+    whole = assert_resume_is_bit_for_bit(cfg, tmp_path)
     if algo == "mamlpp":
         assert any(n.startswith("step_lr.") for n in whole.params), (  # type: ignore[attr-defined]
             "MAML++ learned no per-step rates")
