@@ -46,7 +46,8 @@ step adds it from the step index, outside every group an optimiser sees; absent,
 
 
 def is_arch(name: str) -> bool:
-    """Whether a param name is an architecture weight (``arch.normal``, ``arch.reduce``)."""
+    """Whether a param name is an architecture weight (``arch.normal``, ``arch.reduce``, and
+    with edge normalisation ``arch.normal_edges``, ``arch.reduce_edges``)."""
     return name.startswith(ARCH_PREFIX + ".")
 
 
