@@ -12,6 +12,7 @@ meaningful width, and a flag passed in the wrong position is the usual way it ge
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
@@ -81,6 +82,15 @@ def check_fraction(fn: str, name: str, value: object, *, allow_one: bool = False
     return float(value)
 
 
+def check_number(fn: str, name: str, value: object, *, minimum: float = 0.0) -> float:
+    """``value`` as a float if it is a finite number ``>= minimum``: a coefficient, a weight.
+    Not a bool; NaN and the infinities are outside."""
+    if not _is_number(value) or not (math.isfinite(value) and value >= minimum):
+        raise ConfigError(f"{fn}: {name} must be a finite number >= {minimum}, got "
+                          f"{_shown(value, _is_number(value))}")
+    return float(value)
+
+
 def check_sequence(fn: str, name: str, value: object, what: str) -> list[Any]:
     """``value`` as a list if it is a sequence other than a string (``hidden=(40, 40)``; a
     bare ``40`` is the usual mistake); ``what`` describes one entry, for the message."""
@@ -89,4 +99,5 @@ def check_sequence(fn: str, name: str, value: object, what: str) -> list[Any]:
     return list(value)
 
 
-__all__ = ["check_fraction", "check_int", "check_ints", "check_sequence", "check_sizes"]
+__all__ = ["check_fraction", "check_int", "check_ints", "check_number", "check_sequence",
+           "check_sizes"]

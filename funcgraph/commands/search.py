@@ -37,6 +37,11 @@ class Hypergradient(StrEnum):
     finite_difference = "finite-difference"
 
 
+class Select(StrEnum):
+    argmax = "argmax"
+    perturbation = "perturbation"
+
+
 @user_errors
 def search(
     epochs: Annotated[int, typer.Option(min=1, max=10_000,
@@ -60,6 +65,25 @@ def search(
     stop_skips: Annotated[int, typer.Option(
         min=0, max=8, help="Collapse guard: stop when the normal cell derives this many skip "
                     "connections (DARTS+ uses 2; 0 disables).")] = 4,
+    warmup_epochs: Annotated[int, typer.Option(
+        min=0, max=10_000, help="Remedy (PC-DARTS, P-DARTS): the first N epochs update the "
+                                "weights only; below the number of epochs.")] = 0,
+    beta_reg: Annotated[float, typer.Option(
+        min=0.0, max=1e6, help="Remedy (beta-DARTS): Beta-Decay regularisation of alpha, its "
+                               "weight rising linearly from 0 to this value (0 = off).")] = 0.0,
+    aux_skip: Annotated[bool, typer.Option(
+        "--aux-skip", help="Remedy (DARTS-): an auxiliary skip on every stride-1 edge, its "
+                           "coefficient decaying linearly from 1 to 0.")] = False,
+    edge_normalization: Annotated[bool, typer.Option(
+        "--edge-normalization", help="Remedy (PC-DARTS): learnt edge weights per node; "
+                                     "edges are chosen by softmax(alpha) x edge weight.")
+    ] = False,
+    stop_stable: Annotated[int, typer.Option(
+        min=0, max=10_000, help="Remedy (DARTS+): stop when the derived genotype has been the "
+                                "same for N consecutive epoch ends (0 disables; N >= 2).")] = 0,
+    select: Annotated[Select, typer.Option(
+        help="The final genotype: argmax (DARTS' derivation) or perturbation (DARTS-PT, on "
+             "the validation half).")] = Select.argmax,
     channels: Annotated[int, typer.Option("-C", "--channels", min=2, max=512,
                                           help="Initial cell width C.")] = 8,
     layers: Annotated[int, typer.Option(min=3, max=64, help="Cells in the supernet.")] = 5,
@@ -117,7 +141,10 @@ def search(
                        batch_size=batch_size, partial_channels=partial_channels,
                        skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
                        bilevel=bilevel,
-                       primitives=load_space(space) if space is not None else None)
+                       primitives=load_space(space) if space is not None else None,
+                       warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
+                       edge_normalization=edge_normalization, stop_stable=stop_stable,
+                       select=select.value)
     data = glyph_halves(num_classes=classes, image_size=image_size)
     if dry_run:
         plan = plan_search(data, cfg)
@@ -141,7 +168,9 @@ def search(
     g = result.genotype
     console.print(f"normal: {[list(e) for e in g.normal]}", highlight=False, markup=False)
     console.print(f"reduce: {[list(e) for e in g.reduce]}", highlight=False, markup=False)
-    stop = " (stopped early by the collapse guard)" if result.stopped_early else ""
+    stop = {"collapse_guard": " (stopped early by the collapse guard)",
+            "stop_stable": f" (stopped early: genotype stable for {stop_stable} epoch ends)"
+            }.get(result.stop_reason or "", "")
     console.print(
         f"{result.steps_done} steps in {result.seconds:.0f} s{stop}; supernet validation "
         f"accuracy {result.val_acc:.3f}; skip connections normal {g.skips('normal')}, "

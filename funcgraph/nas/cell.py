@@ -8,7 +8,9 @@ reduction cells at 1/3 and 2/3 of its depth and doubles ``C`` there.
 
 The search network's architecture logits are ordinary params, ``arch.normal`` and
 ``arch.reduce`` (each ``(num_edges, num_ops)``), so
-``funcgraph.params.partition(params, is_arch)`` splits weights from architecture.
+``funcgraph.params.partition(params, is_arch)`` splits weights from architecture. With
+``edge_normalization`` (PC-DARTS) there are edge logits too, ``arch.normal_edges`` and
+``arch.reduce_edges`` (each ``(num_edges,)``), architecture by the same prefix.
 
 ``primitives`` is the search space: op names and ``(name, factory)`` pairs (see
 :mod:`funcgraph.nas.ops`), one architecture column each, DARTS' eight ops by default.
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from .. import random
 from ..checks import check_sizes
+from ..errors import ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, conv2d, linear, serial
 from ..params import Params, State
@@ -35,10 +38,16 @@ from .ops import PRIMITIVES, Primitive, factorized_reduce, primitive_names, relu
 ARCH_PREFIX = "arch"
 STEPS = 4
 MULTIPLIER = 4
+KINDS = ("normal", "reduce")
+AUX_SKIP = "aux_skip"
+"""The params entry of DARTS-' auxiliary skip coefficient (a 0-dim tensor) in a supernet built
+with ``aux_skip``. ``init`` does not make it and it has no architecture prefix: the search
+step adds it from the step index, outside every group an optimiser sees; absent, it is 0."""
 
 
 def is_arch(name: str) -> bool:
-    """Whether a param name is an architecture weight (``arch.normal``, ``arch.reduce``)."""
+    """Whether a param name is an architecture weight (``arch.normal``, ``arch.reduce``, and
+    with edge normalisation ``arch.normal_edges``, ``arch.reduce_edges``)."""
     return name.startswith(ARCH_PREFIX + ".")
 
 
@@ -50,6 +59,30 @@ def num_edges(steps: int = STEPS) -> int:
 def edge_inputs(steps: int = STEPS) -> list[tuple[int, int]]:
     """``(node, predecessor)`` of every edge in weight-row order; nodes 0, 1 are the inputs."""
     return [(2 + i, j) for i in range(steps) for j in range(2 + i)]
+
+
+def edge_softmax(logits: Tensor) -> Tensor:
+    """PC-DARTS' edge weights from edge logits ``(num_edges,)``: the softmax over each node's
+    incoming edges (rows in :func:`edge_inputs` order: 2 for the first node, 3, 4, ...)."""
+    steps = 0
+    while logits.dim() == 1 and num_edges(steps) < logits.shape[0]:
+        steps += 1
+    if logits.dim() != 1 or steps == 0 or num_edges(steps) != logits.shape[0]:
+        raise ShapeError(f"edge_softmax: expected the edge logits of a cell, (2 + 3 + ... "
+                         f"edges,), got {tuple(logits.shape)}")
+    return torch.cat([torch.softmax(logits[num_edges(i):num_edges(i + 1)], dim=-1)
+                      for i in range(steps)])
+
+
+class CellArch(NamedTuple):
+    """What a search cell gets beside ``(s0, s1)`` when a remedy is on (otherwise the op
+    weights alone): ``ops (num_edges, num_ops)`` the softmax over each edge's ops, ``edges
+    (num_edges,)`` PC-DARTS' edge weights or None, ``aux_skip`` DARTS-' coefficient (a
+    scalar) or None."""
+
+    ops: Tensor
+    edges: Tensor | None = None
+    aux_skip: Tensor | None = None
 
 
 def preprocess(c_in: int, c: int, *, halve: bool, affine: bool) -> Model:
@@ -73,25 +106,37 @@ def search_cell(
 ) -> Model:
     """A search cell: one mixed op per edge over the space ``primitives``. Input
     ``(s0, s1, weights (num_edges, len(primitives)))``, output ``(B, multiplier * c, H', W')``
-    with ``H' = H/2`` for a reduction cell."""
+    with ``H' = H/2`` for a reduction cell.
+
+    With a :class:`CellArch` in place of ``weights``, its ``edges`` scale each edge's output
+    (PC-DARTS' edge normalisation: a node is ``sum_j edges[j] * mixed_j(x_j)``) and its
+    ``aux_skip`` goes to every stride-1 mixed op (DARTS-' auxiliary skip, inside the edge's
+    output, so the edge weight scales it too); a reduction cell's edges from its inputs
+    (stride 2) get no auxiliary skip."""
     names = primitive_names(primitives, where="search_cell")
     edges = edge_inputs(steps)
+    strides = [2 if reduction and j < 2 else 1 for _, j in edges]
     children: dict[str, Model] = {
         "preprocess0": preprocess(c_prev_prev, c, halve=reduction_prev, affine=False),
         "preprocess1": preprocess(c_prev, c, halve=False, affine=False),
     }
-    for e, (_, j) in enumerate(edges):
-        stride = 2 if reduction and j < 2 else 1
+    for e, stride in enumerate(strides):
         children[f"ops.{e}"] = mixed_op(c, stride, primitives=primitives,
                                         partial_channels=partial_channels)
 
-    def forward(run: Children, inputs: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    def edge(run: Children, e: int, x: Tensor, arch: CellArch) -> Tensor:
+        aux = arch.aux_skip
+        out = run(f"ops.{e}", (x, arch.ops[e]) if aux is None or strides[e] != 1
+                  else (x, arch.ops[e], aux))
+        return out if arch.edges is None else arch.edges[e] * out
+
+    def forward(run: Children, inputs: tuple[Tensor, Tensor, Tensor | CellArch]) -> Tensor:
         s0, s1, weights = inputs
+        arch = CellArch(weights) if isinstance(weights, Tensor) else weights
         states = [run("preprocess0", s0), run("preprocess1", s1)]
         for node in range(2, 2 + steps):
             states.append(sum(
-                (run(f"ops.{e}", (states[j], weights[e]))
-                 for e, (n, j) in enumerate(edges) if n == node),
+                (edge(run, e, states[j], arch) for e, (n, j) in enumerate(edges) if n == node),
                 start=torch.zeros((), dtype=s1.dtype, device=s1.device),
             ))
         return torch.cat(states[-multiplier:], dim=1)
@@ -180,6 +225,8 @@ def search_network(
     primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
     arch_init_scale: float = 1e-3,
+    edge_normalization: bool = False,
+    aux_skip: bool = False,
 ) -> Model:
     """The DARTS supernet: ``x (B, in_channels, H, W) -> logits (B, num_classes)``.
 
@@ -189,6 +236,13 @@ def search_network(
     except the stem's (user ops are as their factories build them). H and W must be divisible
     by 4 (two reductions). ``primitives`` is the search space (op names and ``(name, factory)``
     pairs); ``meta["primitives"]`` holds its names, which genotypes refer to.
+
+    ``edge_normalization`` (PC-DARTS, Xu et al., ICLR 2020) adds the edge logits
+    ``arch.normal_edges`` / ``arch.reduce_edges`` ``(num_edges,)``, initialised like alpha
+    (``arch_init_scale * N(0, 1)``, as the PC-DARTS code does; alpha's values are those of
+    the plain supernet), and scales each edge by :func:`edge_softmax` of its kind's edge
+    logits. ``aux_skip`` (DARTS-, Chu et al., ICLR 2021) adds ``params[AUX_SKIP] * x`` to
+    every stride-1 edge (see :data:`AUX_SKIP`; absent, the supernet is the plain one).
     """
     names = primitive_names(primitives, where="search_network")
     stem, specs = layout(c, layers, stem_multiplier=stem_multiplier, multiplier=multiplier)
@@ -202,34 +256,54 @@ def search_network(
 
     def arch_init(key: Key) -> tuple[Params, State]:
         kn, kr = random.split(key)
-        return {
+        params = {
             f"{ARCH_PREFIX}.normal": arch_init_scale * random.normal(kn, shape),
             f"{ARCH_PREFIX}.reduce": arch_init_scale * random.normal(kr, shape),
-        }, {}
+        }
+        if edge_normalization:  # keys of their own: alpha stays as without them
+            for i, kind in enumerate(KINDS, start=2):
+                params[f"{ARCH_PREFIX}.{kind}_edges"] = arch_init_scale * random.normal(
+                    random.fold_in(key, i), shape[:1])
+        return params, {}
 
-    def cell_weights(run: Children, reduction: bool) -> Tensor:
-        logits = run.params[f"{ARCH_PREFIX}.{'reduce' if reduction else 'normal'}"]
-        return torch.softmax(logits, dim=-1)
+    def cell_weights(run: Children, reduction: bool) -> Tensor | CellArch:
+        kind = "reduce" if reduction else "normal"
+        weights = torch.softmax(run.params[f"{ARCH_PREFIX}.{kind}"], dim=-1)
+        if not (edge_normalization or aux_skip):
+            return weights
+        edges = (edge_softmax(run.params[f"{ARCH_PREFIX}.{kind}_edges"])
+                 if edge_normalization else None)
+        return CellArch(weights, edges, run.params.get(AUX_SKIP) if aux_skip else None)
 
     return stacked_network(
         "darts_search", cells, specs, stem_channels=stem, in_channels=in_channels,
         num_classes=num_classes, cell_arg=cell_weights, own_init=arch_init,
         primitives=list(names), steps=steps, layers=layers, C=c,
-        partial_channels=partial_channels,
+        partial_channels=partial_channels, edge_normalization=edge_normalization,
+        aux_skip=aux_skip,
     )
 
 
 def arch_weights(params: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """``{"normal": softmax(alpha_normal), "reduce": softmax(alpha_reduce)}`` from params."""
-    return {kind: torch.softmax(params[f"{ARCH_PREFIX}.{kind}"].detach(), dim=-1)
-            for kind in ("normal", "reduce")}
+    """``{"normal": softmax(alpha_normal), "reduce": softmax(alpha_reduce)}`` from params,
+    what derivation ranks. With edge logits (``edge_normalization``) each row is scaled by its
+    edge's weight, ``softmax(alpha)[op] * edge_softmax(edges)[edge]``, as PC-DARTS derives."""
+    weights = {}
+    for kind in KINDS:
+        w = torch.softmax(params[f"{ARCH_PREFIX}.{kind}"].detach(), dim=-1)
+        edges = params.get(f"{ARCH_PREFIX}.{kind}_edges")
+        weights[kind] = w if edges is None else w * edge_softmax(edges.detach())[:, None]
+    return weights
 
 
 __all__ = [
     "ARCH_PREFIX",
+    "AUX_SKIP",
+    "CellArch",
     "CellSpec",
     "arch_weights",
     "edge_inputs",
+    "edge_softmax",
     "is_arch",
     "layout",
     "num_edges",

@@ -11,6 +11,10 @@ mixes the two parts, so the search holds about ``1/k`` of the activations.
 
 The candidates are a search space (``primitives``: op names and ``(name, factory)`` pairs,
 see :mod:`funcgraph.nas.ops`); the default is DARTS' eight ops.
+
+The input may carry a third entry, ``(x, weights, aux)``: DARTS-' auxiliary skip (Chu et
+al., ICLR 2021), ``aux * x`` added to the output, ``aux`` a scalar (float or 0-dim tensor).
+It needs stride 1, where ``x`` and the output have one shape.
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ def mixed_op(
     primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
 ) -> Model:
-    """The DARTS mixed op on ``c`` channels; input ``(x, weights)``, see the module docstring.
+    """The DARTS mixed op on ``c`` channels; input ``(x, weights)`` or, at stride 1,
+    ``(x, weights, aux)`` with the auxiliary skip; see the module docstring.
 
     Arguments:
         c: channels of ``x``.
@@ -84,18 +89,21 @@ def mixed_op(
     children = {f"ops.{i}": search_op(name, width, stride, primitives=primitives)
                 for i, name in enumerate(names)}
 
-    def forward(run: Children, inputs: tuple[Tensor, Tensor]) -> Tensor:
-        x, weights = inputs
+    def forward(run: Children, inputs: tuple[Tensor, ...]) -> Tensor:
+        x, weights, *aux = inputs
         if x.dim() != 4 or x.shape[1] != c:
             raise ShapeError(f"mixed_op: expected x of shape (B, {c}, H, W), got {tuple(x.shape)}")
+        if aux and stride != 1:
+            raise ConfigError("mixed_op: the auxiliary skip (a third input) needs stride 1, "
+                              f"got stride {stride}")
         active = x[:, :width]
         out = weighted_sum([run(name, active) for name in children], weights)
-        if k == 1:
-            return out
-        bypass = x[:, width:]
-        if stride == 2:
-            bypass = F.max_pool2d(bypass, 2, 2)
-        return channel_shuffle(torch.cat([out, bypass], dim=1), k)
+        if k > 1:
+            bypass = x[:, width:]
+            if stride == 2:
+                bypass = F.max_pool2d(bypass, 2, 2)
+            out = channel_shuffle(torch.cat([out, bypass], dim=1), k)
+        return out + aux[0] * x if aux else out
 
     return composite("mixed_op", children, forward, stride=stride, partial_channels=k,
                      primitives=list(names))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -20,13 +20,18 @@ from torch import Tensor
 from torch.func import grad
 
 from .. import distributed, random
+from ..checks import check_int, check_number
 from ..errors import ConfigError, ShapeError
 from ..model import Model
-from ..params import Params, State
+from ..params import Params, State, zip_map
 from ..train import Groups, StepFn, cosine_lr
 from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
-from .cell import search_network
+from .cell import AUX_SKIP, search_network
 from .ops import PRIMITIVES
+from .remedies import aux_skip_coefficient, beta_decay_gradient, beta_decay_weight
+
+Select = Literal["argmax", "perturbation"]
+SELECTIONS = ("argmax", "perturbation")
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,22 @@ class SearchConfig:
     ``primitives`` names the search space's ops (built-in or registered with
     :func:`~funcgraph.nas.register_op`, as :func:`~funcgraph.nas.load_space` returns them);
     ``None`` is DARTS' eight (:data:`~funcgraph.nas.PRIMITIVES`), and :attr:`space` resolves
-    it. Names only, so the config stays JSON and a resumed run can compare it."""
+    it. Names only, so the config stays JSON and a resumed run can compare it.
+
+    The remedies (docs/darts.md, "Remedies"), each off by default:
+
+    - ``warmup_epochs``: the first N epochs update the weights only (PC-DARTS, P-DARTS).
+    - ``beta_reg``: Beta-Decay (beta-DARTS) with this final weight, rising linearly from 0
+      (:func:`~funcgraph.nas.remedies.beta_decay_weight`).
+    - ``aux_skip``: DARTS-' auxiliary skip on every stride-1 edge, its coefficient decaying
+      linearly from 1 to 0 (:func:`~funcgraph.nas.remedies.aux_skip_coefficient`).
+    - ``edge_normalization``: PC-DARTS' edge logits and edge weights (derivation ranks edges
+      by ``softmax(alpha) * edge weight``).
+    - ``stop_stable``: stop at an epoch end when the derived genotype has been the same for
+      this many consecutive epoch ends (DARTS+; 0 = off).
+    - ``select``: ``"argmax"`` (DARTS' derivation) or ``"perturbation"`` (DARTS-PT) for the
+      final genotype.
+    """
 
     C: int = 8
     layers: int = 5
@@ -75,6 +95,27 @@ class SearchConfig:
     seed: int = 0
     bilevel: BilevelConfig = field(default_factory=BilevelConfig)
     primitives: tuple[str, ...] | None = None
+    warmup_epochs: int = 0
+    beta_reg: float = 0.0
+    aux_skip: bool = False
+    edge_normalization: bool = False
+    stop_stable: int = 0
+    select: Select = "argmax"
+
+    def __post_init__(self) -> None:
+        where = "SearchConfig"
+        check_int(where, "warmup_epochs", self.warmup_epochs, minimum=0)
+        check_number(where, "beta_reg", self.beta_reg)
+        for name in ("aux_skip", "edge_normalization"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{where}: {name} must be a bool, got "
+                                  f"{getattr(self, name)!r}")
+        if check_int(where, "stop_stable", self.stop_stable, minimum=0) == 1:
+            raise ConfigError(f"{where}: stop_stable must be 0 (off) or >= 2 (one epoch end "
+                              "always agrees with itself), got 1")
+        if self.select not in SELECTIONS:
+            raise ConfigError(f"{where}: select must be one of {list(SELECTIONS)}, got "
+                              f"{self.select!r}")
 
     @property
     def space(self) -> tuple[str, ...]:
@@ -114,10 +155,21 @@ def epoch_batches(data: SearchData, batch_size: int, seed: int) -> tuple[int, Ba
     return per_epoch, batch
 
 
-def _loss(model: Model, state: State) -> LossFn:
+def remedy_params(cfg: SearchConfig, step: int, total_steps: int, like: Tensor) -> Params:
+    """The entries the search adds to the supernet's params at ``step``: with ``aux_skip``
+    DARTS-' coefficient under :data:`~funcgraph.nas.AUX_SKIP` (a 0-dim tensor of ``like``'s
+    dtype and device), otherwise none. They come from the step index alone, so a resumed
+    search computes the same, and sit outside every group, so no optimiser sees them."""
+    if not cfg.aux_skip:
+        return {}
+    return {AUX_SKIP: torch.tensor(aux_skip_coefficient(step, total_steps), dtype=like.dtype,
+                                   device=like.device)}
+
+
+def _loss(model: Model, state: State, extra: Params) -> LossFn:
     def loss(weights: Params, arch: Params, batch: ImageBatch) -> Tensor:
         x, y = batch
-        logits, _ = model.apply({**weights, **arch}, state, x, train=True)
+        logits, _ = model.apply({**weights, **arch, **extra}, state, x, train=True)
         return F.cross_entropy(logits, y)
 
     return loss
@@ -134,10 +186,20 @@ def make_search_step(
     batch: BatchFn,
     total_steps: int,
     env: distributed.DistEnv | None = None,
+    *,
+    steps_per_epoch: int | None = None,
 ) -> StepFn:
     """``step(step, groups) -> (groups, metrics)`` for :func:`run_loop`: an architecture step
     on the validation batch, then a weight step (gradient clipped) on the training batch.
     Groups: ``weights``, ``arch``, ``state`` (batch-norm statistics), ``opt_w``, ``opt_a``.
+
+    The remedies of ``cfg``: during the first ``warmup_epochs`` epochs (of
+    ``steps_per_epoch`` steps, which the warm-up needs) there is no architecture step, the
+    architecture and its optimiser state stay as they are; ``beta_reg`` adds the Beta-Decay
+    gradient to the architecture gradient of either order; ``aux_skip`` gives the supernet
+    its coefficient at this step (:func:`remedy_params`) in both halves of the step. With
+    every remedy off the step is the plain DARTS step. The metrics add the Beta-Decay weight
+    (``beta_reg``) and the auxiliary skip coefficient (``aux_skip``) when those are on.
 
     With a distributed ``env`` (first order only) each rank takes its slice of both batches and
     the architecture gradient, the weight gradient and the batch-norm running statistics are
@@ -148,6 +210,10 @@ def make_search_step(
     b = cfg.bilevel
     w_opt, a_opt = b.weight_optimizer(), b.arch_optimizer()
     env = env or distributed.DistEnv()
+    if cfg.warmup_epochs and steps_per_epoch is None:
+        raise ConfigError("make_search_step: warmup_epochs needs steps_per_epoch, the steps of "
+                          "an epoch")
+    warmup = cfg.warmup_epochs * (steps_per_epoch or 0)
 
     def mean(tensors: Params) -> Params:
         return distributed.all_reduce_mean(tensors, env) if env.active else tensors
@@ -157,14 +223,22 @@ def make_search_step(
         train_batch, val_batch = batch(i)
         if env.active:
             train_batch, val_batch = _own_rows(train_batch, env), _own_rows(val_batch, env)
-        w, a, state = g["weights"], g["arch"], g["state"]
-        ga = mean(arch_gradient(_loss(model, state), w, a, train_batch, val_batch, config=b,
-                                opt_state=g["opt_w"], lr=lr))
-        a, opt_a = a_opt.update(a, ga, g["opt_a"])
+        w, a, state, opt_a = g["weights"], g["arch"], g["state"], g["opt_a"]
+        extra = remedy_params(cfg, i, total_steps, train_batch[0])
+        metrics: dict[str, float] = {}
+        if i >= warmup:
+            ga = mean(arch_gradient(_loss(model, state, extra), w, a, train_batch, val_batch,
+                                    config=b, opt_state=g["opt_w"], lr=lr))
+            if cfg.beta_reg:
+                weight = metrics["beta_reg"] = beta_decay_weight(cfg.beta_reg, i, total_steps)
+                ga = zip_map(torch.add, ga, beta_decay_gradient(a, weight))
+            a, opt_a = a_opt.update(a, ga, opt_a)
+        if AUX_SKIP in extra:
+            metrics["aux_skip"] = float(extra[AUX_SKIP])
 
         def train_loss(w_: Params) -> tuple[Tensor, tuple[State, Tensor]]:
             x, y = train_batch
-            logits, new_state = model.apply({**w_, **a}, state, x, train=True)
+            logits, new_state = model.apply({**w_, **a, **extra}, state, x, train=True)
             return F.cross_entropy(logits, y), (new_state, logits)
 
         gw, (new_state, logits) = grad(train_loss, has_aux=True)(w)
@@ -176,7 +250,7 @@ def make_search_step(
         loss = F.cross_entropy(logits, train_batch[1])
         acc = (logits.argmax(-1) == train_batch[1]).float().mean()
         groups = {"weights": w, "arch": a, "state": new_state, "opt_w": opt_w, "opt_a": opt_a}
-        return groups, {"loss": float(loss), "acc": float(acc), "lr": lr}
+        return groups, {"loss": float(loss), "acc": float(acc), "lr": lr, **metrics}
 
     return step
 
@@ -203,16 +277,20 @@ def build_search_model(cfg: SearchConfig, data: SearchData) -> Model:
     """The supernet ``cfg`` and ``data`` call for."""
     return search_network(cfg.C, cfg.layers, data.num_classes,
                           in_channels=int(data.train_x.shape[1]),
-                          partial_channels=cfg.partial_channels, primitives=cfg.space)
+                          partial_channels=cfg.partial_channels, primitives=cfg.space,
+                          edge_normalization=cfg.edge_normalization, aux_skip=cfg.aux_skip)
 
 
 __all__ = [
+    "SELECTIONS",
     "BatchFn",
     "ImageBatch",
     "SearchConfig",
     "SearchData",
+    "Select",
     "build_search_model",
     "epoch_batches",
     "make_search_step",
+    "remedy_params",
     "supernet_accuracy",
 ]

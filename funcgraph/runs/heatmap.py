@@ -14,8 +14,10 @@ from ..nas import PRIMITIVES, edge_inputs
 
 
 def write_heatmap(path: str | Path, weights: Mapping[str, Tensor],
-                  primitives: Sequence[str] = PRIMITIVES) -> None:
-    """A PNG heat map of ``softmax(alpha)``: one panel per cell kind, edges x ops."""
+                  primitives: Sequence[str] = PRIMITIVES, *,
+                  label: str = "softmax(alpha)") -> None:
+    """A PNG heat map of ``softmax(alpha)``: one panel per cell kind, edges x ops; ``label``
+    names what ``weights`` hold, in the panel titles."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +27,7 @@ def write_heatmap(path: str | Path, weights: Mapping[str, Tensor],
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.5), constrained_layout=True)
     for ax, kind in zip(axes, ("normal", "reduce"), strict=True):
         im = ax.imshow(weights[kind].cpu().numpy(), cmap="viridis", aspect="auto")
-        ax.set_title(f"{kind} cell: softmax(alpha)")
+        ax.set_title(f"{kind} cell: {label}")
         ax.set_xticks(range(len(primitives)), primitives, rotation=45, ha="right")
         ax.set_yticks(range(len(labels)), labels)
         ax.set_ylabel("edge (input -> node)")

@@ -5,8 +5,11 @@
 ``softmax(alpha)`` (``alpha_history.jsonl``), derives the genotype, reports its skip
 connections and applies the collapse guard: when the normal cell derived without any cap
 holds ``stop_skips`` or more skip connections, the search stops early (the DARTS+ criterion,
-Liang et al., 2019). At the end it writes ``genotype.json``, ``alphas.png`` (a heat map of the
-final weights) and ``search.json`` (a summary). :func:`glyph_halves` is the default data.
+Liang et al., 2019). With ``stop_stable`` it also stops when the derived genotype has been
+the same for that many consecutive epoch ends (DARTS+' stability criterion). At the end it
+writes ``genotype.json`` (DARTS' derivation, or DARTS-PT's selection by perturbation with
+``select="perturbation"``), ``alphas.png`` (a heat map of the final weights) and
+``search.json`` (a summary). :func:`glyph_halves` is the default data.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ..nas import (
     epoch_batches,
     is_arch,
     make_search_step,
+    remedy_params,
     supernet_accuracy,
 )
 from ..params import Params, partition
@@ -79,17 +83,28 @@ def glyph_halves(
     return SearchData(tx, ty, vx, vy, num_classes, f"glyphs/{split}:{num_classes}x{image_size}px")
 
 
-class _Collapsed(Exception):
-    """Raised at an epoch end when the collapse guard fires (caught by :func:`run_search`)."""
+class _Stopped(Exception):
+    """Raised at an epoch end when a stopping criterion fires (caught by :func:`run_search`):
+    ``record`` is the metrics record that logs it, its ``kind`` the criterion
+    (``collapse_guard`` or ``stop_stable``)."""
 
-    def __init__(self, step: int, groups: Groups, skips: int) -> None:
-        super().__init__(f"collapse guard at step {step}: {skips} skip connections")
-        self.step, self.groups, self.skips = step, groups, skips
+    def __init__(self, step: int, groups: Groups, record: dict[str, Any]) -> None:
+        super().__init__(f"{record['kind']} at step {step}")
+        self.step, self.groups, self.record = step, groups, record
+
+
+def _stable_for(genotypes: list[Any]) -> int:
+    """How many epoch ends, counted back from the last, derived the last genotype."""
+    n = 0
+    while n < len(genotypes) and genotypes[-1 - n] == genotypes[-1]:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
 class SearchResult:
-    """The genotype a search derived, how far it ran, and where its files are."""
+    """The genotype a search chose, how far it ran, and where its files are. ``stop_reason``
+    names the criterion that stopped it early (``collapse_guard``, ``stop_stable``), if any."""
 
     genotype: Genotype
     steps_done: int
@@ -97,6 +112,7 @@ class SearchResult:
     val_acc: float
     seconds: float
     path: Path
+    stop_reason: str | None = None
 
 
 def _history_record(epoch: int, step: int, weights: Mapping[str, Tensor], genotype: Genotype,
@@ -143,6 +159,11 @@ def plan_search(data: SearchData, cfg: SearchConfig,
     total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
     if total < 1:
         raise ConfigError(f"search: need at least one step, got steps={total}")
+    epochs = math.ceil(total / per_epoch)
+    if cfg.warmup_epochs >= epochs:
+        raise ConfigError(f"search: warmup_epochs ({cfg.warmup_epochs}) must be below the "
+                          f"number of epochs ({epochs}: {total} steps, {per_epoch} per epoch), "
+                          "or the architecture never moves")
     config = {"command": "search", "data": data.name, **cfg.to_dict(), **(extra_config or {}),
               "steps": total}
     return SearchPlan(model, per_epoch, batch, total, config)
@@ -165,7 +186,9 @@ def run_search(
     With a distributed ``env`` the ranks share every step (see :func:`make_search_step`); all
     ranks evaluate the epoch ends (identical params give identical decisions, so the collapse
     guard stops them together) and rank 0 alone writes. Second order is single-process: its
-    unrolled weight step would need the whole training batch on every rank."""
+    unrolled weight step would need the whole training batch on every rank. Selection by
+    perturbation (``cfg.select``) runs on rank 0 alone, after the search; the other ranks'
+    results carry DARTS' derivation."""
     env = env or distributed.DistEnv()
     if env.active and cfg.bilevel.order != "first":
         raise ConfigError("search: --order second runs in one process (the unrolled step "
@@ -187,7 +210,7 @@ def run_search(
         groups: Groups = {"weights": weights, "arch": arch, "state": state,
                           "opt_w": b.weight_optimizer().init(weights),
                           "opt_a": b.arch_optimizer().init(arch)}
-        start, stopped = 0, False
+        start, stopped, stop_reason = 0, False, None
         history_path = run.path / HISTORY_FILE
         if resume and run.has_checkpoint("last"):
             expect = {k: groups[k] for k in ("weights", "arch", "state")}
@@ -196,11 +219,19 @@ def run_search(
             loaded, meta = run.load("last", expect=expect, device=str(device))
             groups = {k: loaded.get(k, {}) for k in groups}
             start, stopped = int(meta["step"]), bool(meta.get("stopped_early", False))
+            # before stop_stable, the collapse guard was the only criterion
+            stop_reason = meta.get("stop_reason", "collapse_guard" if stopped else None)
             if env.is_main:
                 run.truncate_metrics(start)
+        kept = _read_history(history_path, start)  # every rank: the stability criterion's past
+        trail: list[Any] = [r.get("genotype") for r in kept]
         if env.is_main:
-            kept = _read_history(history_path, start)
             atomic_write(history_path, "".join(json.dumps(r) + "\n" for r in kept).encode())
+
+        def extra(step: int) -> Params:
+            """The remedies' params entries of the supernet after ``step`` steps (those of the
+            last step taken)."""
+            return remedy_params(cfg, max(step - 1, 0), total, data.val_x)
 
         def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
             w = arch_weights(arch_params)
@@ -210,17 +241,22 @@ def run_search(
         def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
             full = {**g["weights"], **g["arch"]}
             distributed.assert_in_sync(full, env, step)
-            val_acc = supernet_accuracy(model, full, g["state"], data.val_x, data.val_y,
-                                        batch_stats=True)
+            val_acc = supernet_accuracy(model, {**full, **extra(step)}, g["state"], data.val_x,
+                                        data.val_y, batch_stats=True)
             w, genotype, uncapped = genotypes(g["arch"])
             epoch = math.ceil(step / per_epoch)
             if env.is_main:
                 with open(history_path, "a") as f:
                     f.write(json.dumps(_history_record(epoch, step, w, genotype, uncapped, val_acc))
                             + "\n")
+            trail.append(genotype.to_dict())
             skips = uncapped.skips("normal")
             if cfg.stop_skips is not None and skips >= cfg.stop_skips and step < total:
-                raise _Collapsed(step, g, skips)
+                raise _Stopped(step, g, {"kind": "collapse_guard", "step": step,
+                                         "skips_normal": skips})
+            if cfg.stop_stable and _stable_for(trail) >= cfg.stop_stable and step < total:
+                raise _Stopped(step, g, {"kind": "stop_stable", "step": step,
+                                         "epochs": cfg.stop_stable})
             return {"val_acc": val_acc, "skips_normal": skips,
                     "skips_reduce": uncapped.skips("reduce")}
 
@@ -231,32 +267,44 @@ def run_search(
                           meta={"config": config, "world_size": env.world_size})
         done = start
         if not stopped and start < total:
+            step_fn = make_search_step(model, cfg, batch, total, env, steps_per_epoch=per_epoch)
             try:
-                groups = run_loop(run, groups, make_search_step(model, cfg, batch, total, env),
-                                  loop, start_step=start, validate=end_of_epoch,
+                groups = run_loop(run, groups, step_fn, loop, start_step=start,
+                                  validate=end_of_epoch,
                                   after_validation=lambda _: write_curves(run.path))
                 done = total
-            except _Collapsed as c:
-                groups, done, stopped = c.groups, c.step, True
+            except _Stopped as c:
+                groups, done, stopped, stop_reason = c.groups, c.step, True, c.record["kind"]
                 if env.is_main:
-                    run.log({"kind": "collapse_guard", "step": done, "skips_normal": c.skips})
+                    run.log(c.record)
                     run.save("last", groups, {"config": config, "step": done,
-                                              "stopped_early": True})
-        w, genotype, _ = genotypes(groups["arch"])
+                                              "stopped_early": True, "stop_reason": stop_reason})
+        w, argmax, _ = genotypes(groups["arch"])
         if not env.is_main:
-            return SearchResult(genotype, done, stopped, float("nan"), 0.0, run.path)
+            return SearchResult(argmax, done, stopped, float("nan"), 0.0, run.path, stop_reason)
+        final = {**groups["weights"], **groups["arch"], **extra(done)}
+        genotype = argmax
+        if cfg.select == "perturbation":
+            from ..nas.perturbation import perturbation_genotype
+
+            genotype = perturbation_genotype(model, final, groups["state"], data.val_x,
+                                             data.val_y, primitives=cfg.space,
+                                             skip_cap=cfg.skip_cap)
         genotype.save(run.path / GENOTYPE_FILE)
-        write_heatmap(run.path / HEATMAP_FILE, w, primitives=cfg.space)
-        val_acc = supernet_accuracy(model, {**groups["weights"], **groups["arch"]},
-                                    groups["state"], data.val_x, data.val_y, batch_stats=True)
+        write_heatmap(run.path / HEATMAP_FILE, w, primitives=cfg.space,
+                      label="softmax(alpha) x edge weight" if cfg.edge_normalization
+                      else "softmax(alpha)")
+        val_acc = supernet_accuracy(model, final, groups["state"], data.val_x, data.val_y,
+                                    batch_stats=True)
         seconds = time.perf_counter() - started
         summary = {"genotype": genotype.to_dict(), "steps_done": done, "steps": total,
-                   "stopped_early": stopped, "val_acc": val_acc, "seconds": seconds,
-                   "skips_normal": genotype.skips("normal"),
-                   "skips_reduce": genotype.skips("reduce")}
+                   "stopped_early": stopped, "stop_reason": stop_reason, "val_acc": val_acc,
+                   "seconds": seconds, "skips_normal": genotype.skips("normal"),
+                   "skips_reduce": genotype.skips("reduce"), "select": cfg.select,
+                   "argmax_genotype": argmax.to_dict()}
         atomic_write(run.path / SUMMARY_FILE, json.dumps(summary, indent=2).encode())
         write_curves(run.path)
-        return SearchResult(genotype, done, stopped, val_acc, seconds, run.path)
+        return SearchResult(genotype, done, stopped, val_acc, seconds, run.path, stop_reason)
     finally:
         run.close()
 
