@@ -1,8 +1,9 @@
 """DARTS architecture search as pure functions: candidate ops, mixed ops, cells, the bilevel
 step with exact hypergradients, the search step, genotype derivation and the discrete
 network, over DARTS' eight ops or a search space of your own (op names and
-``(name, factory)`` pairs, :func:`register_op`, :func:`load_space`). The run around a search
-(epochs, collapse guard, files) is in :mod:`funcgraph.runs`."""
+``(name, factory)`` pairs, :func:`register_op`, :func:`load_space`), and the known remedies
+(:mod:`.remedies`, :mod:`.perturbation`, options of :class:`SearchConfig`). The run around a
+search (epochs, collapse guard, files) is in :mod:`funcgraph.runs`."""
 
 from .bilevel import (
     BilevelConfig,
@@ -15,8 +16,11 @@ from .bilevel import (
 )
 from .cell import (
     ARCH_PREFIX,
+    AUX_SKIP,
+    CellArch,
     arch_weights,
     edge_inputs,
+    edge_softmax,
     is_arch,
     layout,
     num_edges,
@@ -40,24 +44,37 @@ from .ops import (
     register_op,
 )
 from .perturbation import perturbation_genotype, select_by_perturbation
+from .remedies import (
+    aux_skip_coefficient,
+    beta_decay,
+    beta_decay_gradient,
+    beta_decay_weight,
+    progress,
+)
 from .search import (
+    SELECTIONS,
     BatchFn,
     ImageBatch,
     SearchConfig,
     SearchData,
+    Select,
     build_search_model,
     epoch_batches,
     make_search_step,
+    remedy_params,
     supernet_accuracy,
 )
 
 __all__ = [
     "ARCH_PREFIX",
+    "AUX_SKIP",
     "OPS",
     "PRIMITIVES",
     "REGISTERED_OPS",
+    "SELECTIONS",
     "BatchFn",
     "BilevelConfig",
+    "CellArch",
     "Genotype",
     "ImageBatch",
     "LossFn",
@@ -65,8 +82,13 @@ __all__ = [
     "Primitive",
     "SearchConfig",
     "SearchData",
+    "Select",
     "arch_gradient",
     "arch_weights",
+    "aux_skip_coefficient",
+    "beta_decay",
+    "beta_decay_gradient",
+    "beta_decay_weight",
     "build_search_model",
     "channel_shuffle",
     "clip_grad_norm",
@@ -74,6 +96,7 @@ __all__ = [
     "derive_genotype",
     "discrete_cell",
     "edge_inputs",
+    "edge_softmax",
     "epoch_batches",
     "factorized_reduce",
     "first_order_gradient",
@@ -89,8 +112,10 @@ __all__ = [
     "num_edges",
     "perturbation_genotype",
     "primitive_names",
+    "progress",
     "random_genotype",
     "register_op",
+    "remedy_params",
     "search_cell",
     "search_network",
     "select_by_perturbation",
