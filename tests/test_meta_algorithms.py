@@ -15,7 +15,9 @@ from funcgraph.errors import ConfigError
 from funcgraph.meta import (
     CPU_VMAP_MAX_EXAMPLES,
     DEFAULT_STRATEGY,
+    InnerLoop,
     Task,
+    adapt,
     confidence_interval,
     evaluate,
     maml,
@@ -28,7 +30,7 @@ from funcgraph.meta import (
     task_evals,
 )
 from funcgraph.models import conv4, mlp
-from funcgraph.train import sgd
+from funcgraph.train import adam, sgd
 
 DT = torch.float64
 
@@ -115,6 +117,17 @@ def test_reptile_rejects_an_unknown_inner_optimizer() -> None:
     _, state = model.init(random.key(0))
     with pytest.raises(ConfigError, match="inner_optimizer must be one of"):
         reptile(bind(model, state), inner_optimizer="rmsprop")
+
+
+def test_adapt_refuses_a_differentiated_optimizer_inner_loop() -> None:
+    """An optimiser's steps are not differentiated through: second order is refused, not
+    silently dropped."""
+    model = conv4(3, hidden=4, image_size=8, dtype=DT)
+    theta, state = model.init(random.key(0))
+    task = image_tasks(3, tasks=1).pick(0)
+    with pytest.raises(ConfigError, match="first order only"):
+        adapt(bind(model, state), theta, task.support_x, task.support_y, loss=F.cross_entropy,
+              inner=InnerLoop(1, 0.1), optimizer=adam(0.1))
 
 
 def test_protonet_distances_loss_and_gradients_match_direct_computation() -> None:

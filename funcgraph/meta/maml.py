@@ -44,6 +44,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
 from ..random import Key
+from ..train import Optimizer
 from .learner import (
     LR_PREFIX,
     MetaLearner,
@@ -103,8 +104,9 @@ def adapt(
     inner: InnerLoop,
     lrs: Params | None = None,
     key: Key | None = None,
+    optimizer: Optimizer | None = None,
 ) -> Params:
-    """Params after ``inner.steps`` SGD steps on ``loss(apply(params, x), y)``.
+    """Params after ``inner.steps`` SGD steps (or ``optimizer``'s) on ``loss(apply(params, x), y)``.
 
     Arguments:
         apply: ``f(params, x) -> prediction``; with a ``key``, ``f(params, x, key=...)``.
@@ -114,6 +116,9 @@ def adapt(
         inner: steps, learning rate, first order, which params adapt.
         lrs: per-parameter learning-rate tensors (Meta-SGD), used instead of ``inner.lr``.
         key: the task's key; step ``i`` forwards with ``support_keys(key, steps)[i]``.
+        optimizer: another update rule than SGD (a pure :class:`~funcgraph.train.Optimizer`,
+            e.g. Reptile's inner Adam), fresh per call; its steps are not differentiated
+            through, so it needs ``inner.first_order``.
     Returns:
         A new dict with every name of ``params``; non-adapted entries are the same tensors.
     """
@@ -123,9 +128,16 @@ def adapt(
     def support_loss(f: Params, step_key: Key | None) -> Tensor:
         return loss(call(apply, {**frozen, **f}, x, step_key), y)
 
+    if optimizer is not None and not inner.first_order:
+        raise ConfigError(f"adapt: the {optimizer.name} inner loop is first order only "
+                          "(inner.first_order=True)")
+    state = optimizer.init(fast) if optimizer is not None else None
     for step_key in support_keys(key, inner.steps):
         grads = grad_of(partial(support_loss, step_key=step_key), fast,
                         create_graph=not inner.first_order)
+        if optimizer is not None:
+            fast, state = optimizer.update(fast, grads, state)
+            continue
         fast = {
             n: p - (lrs[n] if lrs is not None else inner.lr) * grads[n] for n, p in fast.items()
         }

@@ -17,26 +17,20 @@ independent under ``vmap``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
-from ..random import Key
 from ..train import adam
 from .learner import (
     MetaLearner,
     Task,
     call,
     check_apply,
-    grad_of,
     objective,
     query_key,
-    support_keys,
 )
 from .maml import InnerLoop, adapt
 
@@ -73,9 +67,8 @@ def reptile(
 
     def fit(params: Params, x: Tensor, y: Tensor, inner: InnerLoop, key: Tensor | None
             ) -> Params:
-        if inner_optimizer == "sgd":
-            return adapt(apply, params, x, y, loss=obj.loss, inner=inner, key=key)
-        return adapt_adam(apply, params, x, y, loss=obj.loss, inner=inner, key=key)
+        rule = None if inner_optimizer == "sgd" else adam(inner.lr, betas=ADAM_BETAS)
+        return adapt(apply, params, x, y, loss=obj.loss, inner=inner, key=key, optimizer=rule)
 
     def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
         x = torch.cat([task.support_x, task.query_x])
@@ -99,30 +92,4 @@ def reptile(
     return MetaLearner("reptile", dict, task_grad, task_eval, obj, hparams, uses_keys=uses_keys)
 
 
-def adapt_adam(
-    apply: BoundApply,
-    params: Params,
-    x: Tensor,
-    y: Tensor,
-    *,
-    loss: Callable[[Tensor, Tensor], Tensor],
-    inner: InnerLoop,
-    key: Key | None = None,
-) -> Params:
-    """Params after ``inner.steps`` first-order Adam steps (``betas = (0, 0.999)``, learning
-    rate ``inner.lr``, a fresh state) on ``loss(apply(params, x), y)``; step ``i`` forwards
-    with the support key of step ``i``, as :func:`~funcgraph.meta.maml.adapt` does."""
-    optimizer = adam(inner.lr, betas=ADAM_BETAS)
-
-    def support_loss(f: Params, step_key: Key | None) -> Tensor:
-        return loss(call(apply, f, x, step_key), y)
-
-    fast = {n: p.detach() for n, p in params.items()}
-    state = optimizer.init(fast)
-    for step_key in support_keys(key, inner.steps):
-        grads = grad_of(partial(support_loss, step_key=step_key), fast)
-        fast, state = optimizer.update(fast, grads, state)
-    return fast
-
-
-__all__ = ["adapt_adam", "reptile"]
+__all__ = ["reptile"]
