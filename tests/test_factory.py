@@ -444,12 +444,16 @@ def test_huge_layers_check_without_allocating() -> None:
 # --- example configs (docs/factory.md runs in tests/test_docs.py) ---------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA_SIZES = {"darts_search.toml": ({"model.params.num_classes": "5"}, (2, 1, 8, 8))}
+"""What a command gives an example from its data: ``funcgraph search --model`` configs leave
+out the sizes the search sets (tests/test_search_model.py)."""
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "examples" / "configs").iterdir()),
                          ids=lambda p: p.name)
 def test_example_configs_build_init_and_run(path: Path) -> None:
-    built = check_model(str(path))
+    overrides, input_shape = DATA_SIZES.get(path.name, (None, None))
+    built = check_model(str(path), overrides, input_shape=input_shape)
     params, state = built.model.init(random.key(0))
     x = random.normal(random.key(1), built.input_shape)
     y, _ = built.model.apply(params, state, x)

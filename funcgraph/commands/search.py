@@ -84,9 +84,17 @@ def search(
     select: Annotated[Select, typer.Option(
         help="The final genotype: argmax (DARTS' derivation) or perturbation (DARTS-PT, on "
              "the validation half).")] = Select.argmax,
-    channels: Annotated[int, typer.Option("-C", "--channels", min=2, max=512,
-                                          help="Initial cell width C.")] = 8,
-    layers: Annotated[int, typer.Option(min=3, max=64, help="Cells in the supernet.")] = 5,
+    model: Annotated[str | None, typer.Option(
+        help="The network around the cells: a funcgraph.factory config file or name whose "
+             "model is a darts_search supernet, giving some of c, layers, steps (nodes per "
+             "cell), multiplier, stem_multiplier and arch_init_scale (default: DARTS' cells, "
+             "-C 8, --layers 5).")] = None,
+    channels: Annotated[int | None, typer.Option(
+        "-C", "--channels", min=2, max=512,
+        help="Initial cell width C (default 8; or c in --model, not both).")] = None,
+    layers: Annotated[int | None, typer.Option(
+        min=3, max=64, help="Cells in the supernet (default 5; or layers in --model, not "
+                            "both).")] = None,
     batch_size: Annotated[int, typer.Option(min=1, max=4096, help="Images per batch.")] = 32,
     classes: Annotated[int, typer.Option(min=2, max=10_000,
                                                  help="Glyph characters to classify.")] = 20,
@@ -112,6 +120,7 @@ def search(
     the architecture); writes genotype.json, alpha_history.jsonl and alphas.png to --out.
 
     Example: funcgraph search --epochs 10 --order second --out runs/darts
+    Example: funcgraph search --model examples/configs/darts_search.toml --out runs/three-nodes
 
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
@@ -121,7 +130,7 @@ def search(
     from ..nas import BilevelConfig, SearchConfig, load_space
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
-    from ..runs.search import plan_search
+    from ..runs.search import network_fields, plan_search
     from ..train.events import require_tensorboard
 
     keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
@@ -133,11 +142,9 @@ def search(
     if image_size % 4:
         raise ConfigError(f"--image-size must be a multiple of 4 (two reduction cells), "
                           f"got {image_size}")
-    if channels % partial_channels or (channels // partial_channels) % 2:
-        raise ConfigError(f"--partial-channels {partial_channels} must divide -C {channels} "
-                          "into an even width (the strided skip op halves it)")
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
-    cfg = SearchConfig(C=channels, layers=layers, epochs=epochs, steps=steps,
+    cfg = SearchConfig(**network_fields(model, channels=channels, layers=layers),
+                       epochs=epochs, steps=steps,
                        batch_size=batch_size, partial_channels=partial_channels,
                        skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
                        bilevel=bilevel,
@@ -145,6 +152,9 @@ def search(
                        warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
                        edge_normalization=edge_normalization, stop_stable=stop_stable,
                        select=select.value)
+    if cfg.C % partial_channels or (cfg.C // partial_channels) % 2:
+        raise ConfigError(f"--partial-channels {partial_channels} must divide C {cfg.C} (-C, "
+                          "or c in --model) into an even width (the strided skip op halves it)")
     data = glyph_halves(num_classes=classes, image_size=image_size)
     if dry_run:
         plan = plan_search(data, cfg)

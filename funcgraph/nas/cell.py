@@ -2,7 +2,8 @@
 
 A cell is a small DAG: two input nodes (the outputs of the two previous cells, preprocessed to
 ``C`` channels), ``steps`` intermediate nodes, each the sum of one op per earlier node, and the
-concatenation of the intermediate nodes as output (``multiplier * C`` channels). A reduction
+concatenation of the last ``multiplier`` of them as output (``multiplier * C`` channels;
+DARTS' cells have 4 of each, :data:`STEPS` and :data:`MULTIPLIER`). A reduction
 cell strides the edges leaving the two input nodes, halving H and W; the network puts
 reduction cells at 1/3 and 2/3 of its depth and doubles ``C`` there.
 
@@ -26,8 +27,8 @@ import torch
 from torch import Tensor
 
 from .. import random
-from ..checks import check_sizes
-from ..errors import ShapeError
+from ..checks import check_int, check_sizes
+from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..nn import Children, batch_norm, composite, conv2d, linear, serial
 from ..params import Params, State
@@ -59,6 +60,20 @@ def num_edges(steps: int = STEPS) -> int:
 def edge_inputs(steps: int = STEPS) -> list[tuple[int, int]]:
     """``(node, predecessor)`` of every edge in weight-row order; nodes 0, 1 are the inputs."""
     return [(2 + i, j) for i in range(steps) for j in range(2 + i)]
+
+
+def output_nodes(steps: int = STEPS, multiplier: int | None = None, *,
+                 where: str = "output_nodes") -> tuple[int, ...]:
+    """The nodes a cell concatenates as its output: the last ``multiplier`` of its ``steps``
+    intermediate nodes (all of them when ``multiplier`` is None), as DARTS' cells do; nodes
+    0, 1 are the inputs, so ``(2, 3, 4, 5)`` for 4 steps. A multiplier above ``steps`` would
+    concatenate an input, which no genotype can express: a ConfigError."""
+    check_int(where, "steps", steps)
+    multiplier = steps if multiplier is None else check_int(where, "multiplier", multiplier)
+    if multiplier > steps:
+        raise ConfigError(f"{where}: multiplier ({multiplier}) must be at most steps ({steps}): "
+                          "a cell concatenates its last `multiplier` intermediate nodes")
+    return tuple(range(2 + steps - multiplier, 2 + steps))
 
 
 def edge_softmax(logits: Tensor) -> Tensor:
@@ -100,13 +115,14 @@ def search_cell(
     reduction: bool,
     reduction_prev: bool,
     steps: int = STEPS,
-    multiplier: int = MULTIPLIER,
+    multiplier: int | None = None,
     primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
 ) -> Model:
     """A search cell: one mixed op per edge over the space ``primitives``. Input
     ``(s0, s1, weights (num_edges, len(primitives)))``, output ``(B, multiplier * c, H', W')``
-    with ``H' = H/2`` for a reduction cell.
+    with ``H' = H/2`` for a reduction cell: the last ``multiplier`` of its ``steps`` nodes
+    (None: all of them; :func:`output_nodes`).
 
     With a :class:`CellArch` in place of ``weights``, its ``edges`` scale each edge's output
     (PC-DARTS' edge normalisation: a node is ``sum_j edges[j] * mixed_j(x_j)``) and its
@@ -114,6 +130,7 @@ def search_cell(
     output, so the edge weight scales it too); a reduction cell's edges from its inputs
     (stride 2) get no auxiliary skip."""
     names = primitive_names(primitives, where="search_cell")
+    concat = output_nodes(steps, multiplier, where="search_cell")
     edges = edge_inputs(steps)
     strides = [2 if reduction and j < 2 else 1 for _, j in edges]
     children: dict[str, Model] = {
@@ -139,10 +156,10 @@ def search_cell(
                 (edge(run, e, states[j], arch) for e, (n, j) in enumerate(edges) if n == node),
                 start=torch.zeros((), dtype=s1.dtype, device=s1.device),
             ))
-        return torch.cat(states[-multiplier:], dim=1)
+        return torch.cat([states[n] for n in concat], dim=1)
 
     return composite("search_cell", children, forward, reduction=reduction,
-                     out_channels=multiplier * c, primitives=list(names))
+                     out_channels=len(concat) * c, primitives=list(names))
 
 
 @dataclass(frozen=True)
@@ -220,7 +237,7 @@ def search_network(
     *,
     in_channels: int = 1,
     steps: int = STEPS,
-    multiplier: int = MULTIPLIER,
+    multiplier: int | None = None,
     stem_multiplier: int = 3,
     primitives: Sequence[Primitive] = PRIMITIVES,
     partial_channels: int = 1,
@@ -229,6 +246,10 @@ def search_network(
     aux_skip: bool = False,
 ) -> Model:
     """The DARTS supernet: ``x (B, in_channels, H, W) -> logits (B, num_classes)``.
+
+    ``layers`` cells of ``steps`` intermediate nodes, the last ``multiplier`` of which (None:
+    all of them) make a cell's output (:func:`output_nodes`), on a stem ``stem_multiplier * c``
+    wide; DARTS' are 4 nodes, all 4 concatenated, and a stem of ``3 * c``.
 
     Params hold the weights and the architecture logits ``arch.normal`` / ``arch.reduce``
     ``(num_edges, len(primitives))``, initialised ``arch_init_scale * N(0, 1)`` as in DARTS;
@@ -245,6 +266,7 @@ def search_network(
     every stride-1 edge (see :data:`AUX_SKIP`; absent, the supernet is the plain one).
     """
     names = primitive_names(primitives, where="search_network")
+    multiplier = len(output_nodes(steps, multiplier, where="search_network"))
     stem, specs = layout(c, layers, stem_multiplier=stem_multiplier, multiplier=multiplier)
     cells = [
         search_cell(s.c_prev_prev, s.c_prev, s.c, reduction=s.reduction,
@@ -278,9 +300,9 @@ def search_network(
     return stacked_network(
         "darts_search", cells, specs, stem_channels=stem, in_channels=in_channels,
         num_classes=num_classes, cell_arg=cell_weights, own_init=arch_init,
-        primitives=list(names), steps=steps, layers=layers, C=c,
-        partial_channels=partial_channels, edge_normalization=edge_normalization,
-        aux_skip=aux_skip,
+        primitives=list(names), steps=steps, multiplier=multiplier, layers=layers, C=c,
+        stem_multiplier=stem_multiplier, partial_channels=partial_channels,
+        edge_normalization=edge_normalization, aux_skip=aux_skip,
     )
 
 
@@ -307,6 +329,7 @@ __all__ = [
     "is_arch",
     "layout",
     "num_edges",
+    "output_nodes",
     "preprocess",
     "search_cell",
     "search_network",

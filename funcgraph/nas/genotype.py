@@ -29,7 +29,7 @@ from torch import Tensor
 
 from .. import random
 from ..errors import ConfigError, ShapeError
-from .cell import STEPS, num_edges
+from .cell import STEPS, num_edges, output_nodes
 from .ops import PRIMITIVES, Primitive, known_ops, primitive_names
 
 SKIP = "skip_connect"
@@ -191,12 +191,15 @@ def derive_genotype(
     *,
     primitives: Sequence[Primitive] = PRIMITIVES,
     steps: int = STEPS,
+    multiplier: int | None = None,
     skip_cap: int | None = None,
 ) -> Genotype:
     """A genotype from ``{"normal": (E, K), "reduce": (E, K)}`` softmax weights
     (:func:`funcgraph.nas.arch_weights` gives them from params). ``skip_cap`` applies to both
-    cells."""
-    concat = tuple(range(2, 2 + steps))
+    cells. ``steps`` and ``multiplier`` are the supernet's: its cells concatenate their last
+    ``multiplier`` nodes (:func:`~funcgraph.nas.cell.output_nodes`; None: all ``steps``), and
+    so do the genotype's."""
+    concat = output_nodes(steps, multiplier, where="derive_genotype")
     cells = {kind: tuple(derive_cell(weights[kind], primitives=primitives, steps=steps,
                                      skip_cap=skip_cap)) for kind in ("normal", "reduce")}
     return Genotype(cells["normal"], concat, cells["reduce"], concat)
@@ -218,7 +221,7 @@ def random_genotype(
             picks = random.randint(k_op, (2,), 0, len(ops)).tolist()
             edges += [(ops[p], j) for p, j in zip(picks, inputs, strict=True)]
         cells[kind] = tuple(edges)
-    concat = tuple(range(2, 2 + steps))
+    concat = output_nodes(steps, where="random_genotype")
     return Genotype(cells["normal"], concat, cells["reduce"], concat)
 
 

@@ -31,7 +31,7 @@ from ..checks import check_int
 from ..errors import ArgumentTypeError, ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State
-from .cell import ARCH_PREFIX, STEPS, edge_inputs, num_edges
+from .cell import ARCH_PREFIX, STEPS, edge_inputs, num_edges, output_nodes
 from .genotype import NONE, SKIP, Edge, Genotype
 from .ops import PRIMITIVES, Primitive, primitive_names
 
@@ -151,9 +151,9 @@ class _Selection:
 
 
 def _select(arch: Mapping[str, Tensor], score: ScoreFn, names: tuple[str, ...], steps: int,
-            skip_cap: int | None, where: str) -> Genotype:
+            multiplier: int | None, skip_cap: int | None, where: str) -> Genotype:
     """:func:`select_by_perturbation` over the op names of a checked space."""
-    check_int(where, "steps", steps)
+    concat = output_nodes(steps, multiplier, where=where)
     if skip_cap is not None:
         check_int(where, "skip_cap", skip_cap, minimum=0)
     if not isinstance(arch, Mapping) or any(kind not in arch for kind in KINDS):
@@ -178,7 +178,6 @@ def _select(arch: Mapping[str, Tensor], score: ScoreFn, names: tuple[str, ...], 
     if skip_cap is not None:
         for kind in KINDS:
             selection.cap_skips(kind, skip_cap, where)
-    concat = tuple(range(2, 2 + steps))
     return Genotype(selection.cell("normal"), concat, selection.cell("reduce"), concat)
 
 
@@ -188,11 +187,13 @@ def select_by_perturbation(
     *,
     primitives: Sequence[Primitive] = PRIMITIVES,
     steps: int = STEPS,
+    multiplier: int | None = None,
     skip_cap: int | None = None,
 ) -> Genotype:
     """The genotype DARTS-PT selects from the logits ``arch`` (``{"normal": (E, K), "reduce":
     (E, K)}``, column ``k`` op ``k`` of ``primitives``), where ``score(arch) -> (accuracy,
-    loss)`` evaluates the supernet under those logits. ``arch`` is not modified.
+    loss)`` evaluates the supernet under those logits. ``arch`` is not modified. ``steps``
+    and ``multiplier`` are the supernet's cells', as in :func:`~funcgraph.nas.derive_genotype`.
 
     1. Operations, progressively: edge by edge in row order (on each row the normal cell, then
        the reduction cell), score the supernet with each non-``none`` op of the edge removed;
@@ -227,7 +228,7 @@ def select_by_perturbation(
     and one per input of its node (when more than two).
     """
     names = primitive_names(primitives, where="select_by_perturbation")
-    return _select(arch, score, names, steps, skip_cap, "select_by_perturbation")
+    return _select(arch, score, names, steps, multiplier, skip_cap, "select_by_perturbation")
 
 
 def _accuracy_and_loss(model: Model, params: Params, state: State, x: Tensor, y: Tensor,
@@ -267,7 +268,8 @@ def perturbation_genotype(
     Only ``arch.normal`` and ``arch.reduce`` are perturbed; every other entry of ``params``
     (weights, and architecture entries such as PC-DARTS' edge logits) goes to the supernet
     as it is. ``params`` and ``state`` are not modified. ``primitives`` defaults to the
-    supernet's space (``model.meta["primitives"]``); given, it must name the same ops.
+    supernet's space (``model.meta["primitives"]``); given, it must name the same ops. The
+    cells' nodes and output nodes are the supernet's (``meta["steps"]``, ``meta["multiplier"]``).
     Cost: 220 passes over ``(x, y)`` in DARTS' space, plus the skip cap's.
     """
     where = "perturbation_genotype"
@@ -297,7 +299,7 @@ def perturbation_genotype(
         return _accuracy_and_loss(model, trial, state, x, y, batch_size)
 
     arch = {kind: params[f"{ARCH_PREFIX}.{kind}"] for kind in KINDS}
-    return _select(arch, score, names, steps, skip_cap, where)
+    return _select(arch, score, names, steps, model.meta.get("multiplier"), skip_cap, where)
 
 
 __all__ = ["REMOVED", "Score", "ScoreFn", "perturbation_genotype", "select_by_perturbation"]

@@ -26,7 +26,7 @@ from ..model import Model
 from ..params import Params, State, zip_map
 from ..train import Groups, StepFn, cosine_lr
 from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
-from .cell import AUX_SKIP, search_network
+from .cell import AUX_SKIP, STEPS, search_network
 from .ops import PRIMITIVES
 from .remedies import aux_skip_coefficient, beta_decay_gradient, beta_decay_weight
 
@@ -59,10 +59,35 @@ class SearchData:
                                  f"cells), got {tuple(x.shape[-2:])}")
 
 
+NETWORK_FIELDS = {"C": "c", "layers": "layers", "nodes": "steps", "multiplier": "multiplier",
+                  "stem_multiplier": "stem_multiplier", "arch_init_scale": "arch_init_scale"}
+"""The fields of :class:`SearchConfig` that shape the supernet around the cells, each with
+the :func:`~funcgraph.nas.search_network` argument it sets (which is also its key in a
+``funcgraph search --model`` config)."""
+
+
+def check_network_value(where: str, name: str, value: object) -> int | float:
+    """A macro-network value (one of :data:`NETWORK_FIELDS`, or the ``search_network``
+    argument it sets) checked: ``arch_init_scale`` a finite number > 0 (at 0 every logit
+    starts at 0, nothing drawn), every other one an int >= 1."""
+    if name != "arch_init_scale":
+        return check_int(where, name, value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+        raise ConfigError(f"{where}: {name} must be a finite number > 0, got {value!r}")
+    return check_number(where, name, value)  # the rest: not a number, NaN, infinite
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """One search. Defaults are the CPU proxy of ``funcgraph search`` (see docs/darts.md):
     a 5-cell, C=8 supernet on 16x16 glyphs; the paper's is 8 cells, C=16, 50 epochs.
+
+    The macro network around the cells (what ``funcgraph search --model`` sets, with ``C``
+    and ``layers``): ``nodes`` intermediate nodes per cell (``search_network``'s ``steps``;
+    not to be confused with the step budget ``steps``), of which the last ``multiplier``
+    (None: all of them) make the cell's output, a stem ``stem_multiplier * C`` wide, and the
+    architecture logits drawn ``arch_init_scale * N(0, 1)``. The defaults are DARTS' (4
+    nodes, all 4 concatenated, a stem of 3C, 1e-3).
 
     ``primitives`` names the search space's ops (built-in or registered with
     :func:`~funcgraph.nas.register_op`, as :func:`~funcgraph.nas.load_space` returns them);
@@ -86,6 +111,10 @@ class SearchConfig:
 
     C: int = 8
     layers: int = 5
+    nodes: int = STEPS
+    multiplier: int | None = None
+    stem_multiplier: int = 3
+    arch_init_scale: float = 1e-3
     epochs: int = 10
     steps: int | None = None
     batch_size: int = 32
@@ -104,6 +133,12 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         where = "SearchConfig"
+        for name in NETWORK_FIELDS:
+            if name != "multiplier" or self.multiplier is not None:  # None: every node
+                check_network_value(where, name, getattr(self, name))
+        if self.multiplier is not None and self.multiplier > self.nodes:
+            raise ConfigError(f"{where}: multiplier ({self.multiplier}) must be at most nodes "
+                              f"({self.nodes}): a cell concatenates its last `multiplier` nodes")
         check_int(where, "warmup_epochs", self.warmup_epochs, minimum=0)
         check_number(where, "beta_reg", self.beta_reg)
         for name in ("aux_skip", "edge_normalization"):
@@ -275,13 +310,15 @@ def supernet_accuracy(model: Model, params: Params, state: State, x: Tensor, y: 
 
 def build_search_model(cfg: SearchConfig, data: SearchData) -> Model:
     """The supernet ``cfg`` and ``data`` call for."""
-    return search_network(cfg.C, cfg.layers, data.num_classes,
+    network = {arg: getattr(cfg, name) for name, arg in NETWORK_FIELDS.items()}
+    return search_network(**network, num_classes=data.num_classes,
                           in_channels=int(data.train_x.shape[1]),
                           partial_channels=cfg.partial_channels, primitives=cfg.space,
                           edge_normalization=cfg.edge_normalization, aux_skip=cfg.aux_skip)
 
 
 __all__ = [
+    "NETWORK_FIELDS",
     "SELECTIONS",
     "BatchFn",
     "ImageBatch",
@@ -289,6 +326,7 @@ __all__ = [
     "SearchData",
     "Select",
     "build_search_model",
+    "check_network_value",
     "epoch_batches",
     "make_search_step",
     "remedy_params",

@@ -11,19 +11,21 @@ from pathlib import Path
 from torch import Tensor
 
 from ..nas import PRIMITIVES, edge_inputs
+from ..nas.cell import STEPS
 
 
 def write_heatmap(path: str | Path, weights: Mapping[str, Tensor],
                   primitives: Sequence[str] = PRIMITIVES, *,
-                  label: str = "softmax(alpha)") -> None:
-    """A PNG heat map of ``softmax(alpha)``: one panel per cell kind, edges x ops; ``label``
-    names what ``weights`` hold, in the panel titles."""
+                  label: str = "softmax(alpha)", steps: int = STEPS) -> None:
+    """A PNG heat map of ``softmax(alpha)``: one panel per cell kind, edges x ops (the edges
+    of cells of ``steps`` intermediate nodes); ``label`` names what ``weights`` hold, in the
+    panel titles."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{j}->{n}" for n, j in edge_inputs()]
+    labels = [f"{j}->{n}" for n, j in edge_inputs(steps)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.5), constrained_layout=True)
     for ax, kind in zip(axes, ("normal", "reduce"), strict=True):
         im = ax.imshow(weights[kind].cpu().numpy(), cmap="viridis", aspect="auto")

@@ -10,6 +10,9 @@ the same for that many consecutive epoch ends (DARTS+' stability criterion). At 
 writes ``genotype.json`` (DARTS' derivation, or DARTS-PT's selection by perturbation with
 ``select="perturbation"``), ``alphas.png`` (a heat map of the final weights) and
 ``search.json`` (a summary). :func:`glyph_halves` is the default data.
+
+:func:`network_fields` reads the network around the cells from ``funcgraph search --model``,
+a factory config whose model is a ``darts_search`` supernet (docs/darts.md).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from torch import Tensor
 
 from .. import distributed, random
 from ..errors import ConfigError
+from ..factory import resolve_source
+from ..factory.config import Variables, at, check_depth, describe, error, suggest
 from ..files import atomic_write
 from ..model import Model
 from ..nas import (
@@ -43,9 +48,12 @@ from ..nas import (
     remedy_params,
     supernet_accuracy,
 )
+from ..nas.cell import STEPS, output_nodes
+from ..nas.search import NETWORK_FIELDS, check_network_value
 from ..params import Params, partition
 from ..params import to as params_to
 from ..train import Groups, LoopConfig, Run, run_loop
+from ..train.ownership import CONFIG_FILE
 from .curves import write_curves
 from .heatmap import write_heatmap
 
@@ -81,6 +89,112 @@ def glyph_halves(
 
     (tx, ty), (vx, vy) = flat(picked[:, :half]), flat(picked[:, half:])
     return SearchData(tx, ty, vx, vy, num_classes, f"glyphs/{split}:{num_classes}x{image_size}px")
+
+
+SEARCH_TYPE = "darts_search"
+CONFIG_KEYS = ("name", "description", "vars", "model")
+"""The top-level keys of a ``search --model`` config: the input comes from the data and the
+supernet initialises itself, so ``input_shape``, ``input_dtype`` and ``init`` have no place."""
+ROOT_KEYS = ("type", "name", "params")
+OWNED_PARAMS = {"primitives": "--space", "partial_channels": "--partial-channels",
+                "edge_normalization": "--edge-normalization", "aux_skip": "--aux-skip",
+                "num_classes": "the data (--classes)",
+                "in_channels": "the data (its images' channels)"}
+"""The ``darts_search`` arguments the search sets itself, with what sets each."""
+MODEL_PARAMS = {arg: name for name, arg in NETWORK_FIELDS.items()}
+"""The ``darts_search`` arguments a ``search --model`` config may give, with the
+:class:`~funcgraph.nas.SearchConfig` field each sets (``steps`` is ``nodes``)."""
+
+
+def model_network(source: str) -> dict[str, Any]:
+    """The :class:`~funcgraph.nas.SearchConfig` fields of the network around the cells that
+    the ``search --model`` config ``source`` gives: a config file, shipped config name or
+    registered type (:func:`funcgraph.factory.resolve_source`, as ``train --model`` names
+    one), whose model is a ``darts_search`` layer with some of the params in
+    :data:`MODEL_PARAMS` (``vars`` and ``$`` references as in any factory config).
+
+    Every mistake is a ConfigError naming ``source`` and the config path: another root type,
+    a param the search sets itself (:data:`OWNED_PARAMS`, naming the option that sets it), an
+    unknown key, a bad value."""
+    config, label, _ = resolve_source(source)
+    try:
+        return _model_network(config)
+    except ConfigError as e:
+        raise ConfigError(f"{label}: {e}") from None
+
+
+def _model_network(config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`model_network` of a parsed config, its errors without the source."""
+    check_depth(config)
+    root = config.get("model")
+    root = {"type": root} if isinstance(root, str) else root
+    if not isinstance(root, dict) or root.get("type") != SEARCH_TYPE:
+        if root is None:
+            found = "a layers list" if "layers" in config else "no model"
+        else:
+            found = f"type {describe(root.get('type'))}" if isinstance(root, dict) else (
+                describe(root))
+        raise error("model", f"found {found}; search --model takes a {SEARCH_TYPE} supernet "
+                             f'(model = {{type = "{SEARCH_TYPE}", params = {{...}}}})')
+    for where, mapping, allowed in (("", config, CONFIG_KEYS), ("model", root, ROOT_KEYS)):
+        for key in mapping:
+            if key not in allowed:
+                raise error(at(where, str(key)),
+                            f"not used by search --model{suggest(str(key), allowed)}; "
+                            f"allowed: {', '.join(allowed)}")
+    raw_vars, raw_params = config.get("vars", {}), root.get("params", {})
+    for where, value in (("vars", raw_vars), ("model.params", raw_params)):
+        if not isinstance(value, dict):
+            raise error(where, f"expected a mapping of names to values, got {describe(value)}")
+    variables = Variables(raw_vars)
+    variables.all()
+    params = variables.resolve(raw_params, "model.params")
+    owned = [k for k in params if k in OWNED_PARAMS]
+    if owned:
+        raise error("model.params", "; ".join(f"{k} is set by {OWNED_PARAMS[k]}" for k in owned)
+                    + ", not by search --model: remove " + ("it" if len(owned) == 1 else "them"))
+    for key in params:
+        if key not in MODEL_PARAMS:
+            raise error(at("model.params", str(key)),
+                        f"unknown key for search --model{suggest(str(key), MODEL_PARAMS)}; "
+                        f"allowed: {', '.join(MODEL_PARAMS)}")
+    fields = {MODEL_PARAMS[k]: check_network_value("model.params", k, v)
+              for k, v in params.items()}
+    output_nodes(params.get("steps", STEPS), params.get("multiplier"), where="model.params")
+    return fields
+
+
+def network_fields(model: str | None, *, channels: int | None = None,
+                   layers: int | None = None) -> dict[str, Any]:
+    """The :class:`~funcgraph.nas.SearchConfig` fields of the network around the cells for
+    ``funcgraph search``: those of the ``--model`` config (:func:`model_network`) with
+    ``-C`` (``channels``) and ``--layers``. A value given by both is a ConfigError, so
+    neither silently wins; a field neither gives keeps SearchConfig's default (without
+    ``--model`` and the options: the default search, exactly)."""
+    fields = {} if model is None else model_network(model)
+    for option, name, value in (("-C/--channels", "C", channels), ("--layers", "layers", layers)):
+        if value is None:
+            continue
+        if name in fields:
+            raise ConfigError(f"{option} {value} and --model {model} (model.params."
+                              f"{NETWORK_FIELDS[name]} = {fields[name]}) both set {name}; give it "
+                              "in one place")
+        fields[name] = value
+    return fields
+
+
+def _as_stored(config: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``config`` for resuming the run in ``out`` as its ``config.json`` has it: a
+    :class:`~funcgraph.nas.SearchConfig` field that the stored config lacks (a run from
+    before the field existed) is left out when its value is the default, which is what that
+    run ran with, so ``--resume`` compares it equal; any other difference is refused as
+    ever."""
+    if not (out / CONFIG_FILE).is_file():
+        return config
+    stored = Run.open(out).config
+    defaults = json.loads(json.dumps(SearchConfig().to_dict()))
+    return {k: v for k, v in config.items()
+            if k in stored or k not in defaults or json.loads(json.dumps(v)) != defaults[k]}
 
 
 class _Stopped(Exception):
@@ -195,8 +309,8 @@ def run_search(
                           "needs the whole batch); use --order first with --nproc")
     started = time.perf_counter()
     plan = plan_search(data, cfg, extra_config)
-    model, per_epoch, batch, total, config = (plan.model, plan.per_epoch, plan.batch,
-                                               plan.total, plan.config)
+    model, per_epoch, batch, total = plan.model, plan.per_epoch, plan.batch, plan.total
+    config = _as_stored(plan.config, Path(out)) if resume else plan.config
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env,
                      tensorboard=tensorboard)
     try:
@@ -235,8 +349,10 @@ def run_search(
 
         def genotypes(arch_params: Params) -> tuple[dict[str, Tensor], Genotype, Genotype]:
             w = arch_weights(arch_params)
-            return (w, derive_genotype(w, skip_cap=cfg.skip_cap, primitives=cfg.space),
-                    derive_genotype(w, primitives=cfg.space))
+            capped = derive_genotype(w, primitives=cfg.space, steps=cfg.nodes,
+                                     multiplier=cfg.multiplier, skip_cap=cfg.skip_cap)
+            return w, capped, derive_genotype(w, primitives=cfg.space, steps=cfg.nodes,
+                                              multiplier=cfg.multiplier)
 
         def end_of_epoch(step: int, g: Groups) -> dict[str, float]:
             full = {**g["weights"], **g["arch"]}
@@ -291,7 +407,7 @@ def run_search(
                                              data.val_y, primitives=cfg.space,
                                              skip_cap=cfg.skip_cap)
         genotype.save(run.path / GENOTYPE_FILE)
-        write_heatmap(run.path / HEATMAP_FILE, w, primitives=cfg.space,
+        write_heatmap(run.path / HEATMAP_FILE, w, primitives=cfg.space, steps=cfg.nodes,
                       label="softmax(alpha) x edge weight" if cfg.edge_normalization
                       else "softmax(alpha)")
         val_acc = supernet_accuracy(model, final, groups["state"], data.val_x, data.val_y,
@@ -315,10 +431,14 @@ __all__ = [
     "GENOTYPE_FILE",
     "HEATMAP_FILE",
     "HISTORY_FILE",
+    "MODEL_PARAMS",
+    "OWNED_PARAMS",
     "SUMMARY_FILE",
     "SearchPlan",
     "SearchResult",
     "glyph_halves",
+    "model_network",
+    "network_fields",
     "plan_search",
     "run_search",
 ]
