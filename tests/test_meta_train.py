@@ -205,7 +205,7 @@ def test_meta_train_with_a_dropout_config_is_reproducible_and_resumable(tmp_path
 @pytest.mark.parametrize("args,message", [
     (["--set", "hidden=0"], "hidden"),
     (["--set", "hidden=abc"], "hidden"),
-    (["--set", "ways=3"], "3"),
+    (["--algo", "maml", "--set", "ways=3"], "3"),  # MAML's head must match the 5 ways
     (["--set", "nosuch=1"], "nosuch"),
     (["--tasks", "[/x]"], "[/x]"),
     (["--tasks", "[bold]5way1shot"], "[bold]"),

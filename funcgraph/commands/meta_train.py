@@ -73,7 +73,9 @@ def meta_train(
         help="Task spec: 5way1shot, 20way5shot, 5way1shot15query (sinusoid: 10shot). "
              "Validation and test use it; training uses --train-queries queries per class.")
     ] = None,
-    algo: Annotated[Algo, typer.Option(help="Meta-learning algorithm.")] = Algo.maml,
+    algo: Annotated[Algo | None, typer.Option(
+        help="Meta-learning algorithm (default: protonet on image datasets, maml on "
+             "sinusoid).")] = None,
     dataset: Annotated[Dataset, typer.Option(
         help="glyphs (embedded, generated), rgb-shapes (embedded RGB, 84px), omniglot, "
              "folder, mini-imagenet, cub (need --data-root; layouts in docs/data.md) or "
@@ -186,7 +188,7 @@ def meta_train(
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
     cfg = default_config(
-        algo.value, dataset.value, tasks=tasks,
+        None if algo is None else algo.value, dataset.value, tasks=tasks,
         data_root=str(data_root) if data_root is not None else None, image_size=image_size,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,

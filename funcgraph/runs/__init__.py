@@ -10,7 +10,13 @@ below knows nothing of this floor; the CLI above only parses options and renders
 
 from .evaluate import evaluate_run
 from .export import export_run
-from .meta_train import MetaTrainConfig, MetaTrainResult, default_config, meta_train
+from .meta_train import (
+    MetaTrainConfig,
+    MetaTrainResult,
+    default_algo,
+    default_config,
+    meta_train,
+)
 from .resolve import ModelSpec, resolve_model, with_overrides
 from .search import SearchResult, glyph_halves, run_search
 from .task_sources import TaskSources, task_sources
@@ -24,6 +30,7 @@ __all__ = [
     "SearchResult",
     "TaskSources",
     "TrainConfig",
+    "default_algo",
     "default_config",
     "evaluate_run",
     "export_run",

@@ -194,11 +194,31 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def default_config(algo: str = "maml", dataset: str = "glyphs", **given: Any) -> MetaTrainConfig:
-    """The config for ``algo`` on ``dataset``: the class defaults, then the per-algorithm and
-    per-dataset defaults, then ``given`` (options the user set; ``None`` values are skipped)."""
+INNER_LOOP_OPTIONS = ("inner_steps", "inner_steps_eval", "inner_lr")
+"""Options of an inner loop, which prototypical networks do not have."""
+
+
+def default_algo(dataset: str) -> str:
+    """The algorithm ``meta-train`` runs when none is named: prototypical networks on image
+    classification (97.5% on glyphs 5-way 1-shot in the default 500 steps, against MAML's
+    93.2%: docs/meta-learning.md), MAML on regression (sinusoid), which ProtoNet cannot do."""
+    return "maml" if dataset == "sinusoid" else "protonet"
+
+
+def default_config(algo: str | None = None, dataset: str = "glyphs", **given: Any
+                   ) -> MetaTrainConfig:
+    """The config for ``algo`` (default :func:`default_algo` of ``dataset``) on ``dataset``:
+    the class defaults, then the per-algorithm and per-dataset defaults, then ``given``
+    (options the user set; ``None`` values are skipped). Inner-loop options given to an
+    algorithm without an inner loop are refused, not ignored."""
+    algo = default_algo(dataset) if algo is None else algo
     values: dict[str, Any] = {**ALGO_DEFAULTS.get(algo, {}), **DATASET_DEFAULTS.get(dataset, {})}
-    values.update({k: v for k, v in given.items() if v is not None})
+    given = {k: v for k, v in given.items() if v is not None}
+    if algo == "protonet" and (unused := [k for k in INNER_LOOP_OPTIONS if k in given]):
+        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
+        raise ConfigError(f"{flags}: protonet has no inner loop (it classifies by distance to "
+                          "class prototypes); name an algorithm that adapts, e.g. --algo maml")
+    values.update(given)
     return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
