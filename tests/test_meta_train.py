@@ -113,6 +113,9 @@ runner = CliRunner()
     (["--algo", "nope"], "nope"),
     (["--resume"], "--out"),
     (["--algo", "reptile", "--remat"], "--remat"),
+    (["--inner-steps", "3"], "protonet has no inner loop"),
+    (["--algo", "protonet", "--inner-lr", "0.1", "--inner-steps-eval", "5"],
+     "--inner-steps-eval, --inner-lr: protonet has no inner loop"),
 ])
 def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["meta-train", *args])

@@ -54,8 +54,11 @@ def test_hypergradient_matches_the_closed_form_on_a_quadratic(method: str) -> No
     torch.testing.assert_close(got["a"], expected, rtol=1e-9, atol=1e-9)
 
 
-def _tiny_supernet() -> tuple[Callable[..., torch.Tensor], Params, Params, tuple, tuple]:
-    model = search_network(2, 3, num_classes=3)
+def _tiny_supernet(**network: object
+                   ) -> tuple[Callable[..., torch.Tensor], Params, Params, tuple, tuple]:
+    """A 2-cell float64 supernet (``network``: more search_network arguments), its loss, its
+    weights and random architecture, and a train and a validation batch."""
+    model = search_network(2, 3, num_classes=3, **network)  # type: ignore[arg-type]
     params, state = model.init(random.key(1))
     params, state = params_to(params, dtype=D), params_to(state, dtype=D)
     arch, weights = partition(params, is_arch)
@@ -72,9 +75,11 @@ def _tiny_supernet() -> tuple[Callable[..., torch.Tensor], Params, Params, tuple
     return loss, weights, arch, batch(3), batch(4)
 
 
-@pytest.fixture(scope="module")
-def supernet() -> tuple:
-    loss, w, a, tb, vb = _tiny_supernet()
+@pytest.fixture(scope="module", params=[{}, {"edge_normalization": True}],
+                ids=["plain", "edge-normalization"])
+def supernet(request: pytest.FixtureRequest) -> tuple:
+    """The tiny supernet, plain and with PC-DARTS edge logits (more architecture params)."""
+    loss, w, a, tb, vb = _tiny_supernet(**request.param)
     opt = sgd(0.05, momentum=0.9, weight_decay=3e-4)
     opt_state = opt.init(w)  # a live momentum buffer, so the virtual step uses it
     opt_state = opt.update(w, {n: 0.1 * torch.ones_like(t) for n, t in w.items()}, opt_state)[1]
@@ -89,6 +94,7 @@ def _dot(x: Params, y: Params) -> float:
 def test_exact_hypergradient_equals_finite_differences_of_the_unrolled_loss(supernet: tuple
                                                                             ) -> None:
     loss, w, a, tb, vb, opt, opt_state, exact = supernet
+    assert all(float(exact[n].abs().max()) > 0 for n in a), "every arch tensor gets a gradient"
 
     def unrolled(arch: Params) -> float:
         w2 = unrolled_weights(loss, w, arch, tb, optimizer=opt, opt_state=opt_state, lr=0.05)

@@ -242,6 +242,15 @@ def test_a_missing_file_and_another_factory_name_are_refused(tmp_path: Path) -> 
     assert code == 2 and 'conv4: model: found type "conv4"' in output, output
 
 
+def test_the_bare_type_name_is_the_default_network(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # not the shipped darts_search config of the same name, whose input shape and class count
+    # are the data's business here
+    monkeypatch.chdir(tmp_path)
+    assert network_fields("darts_search") == {}
+    assert network_fields("darts_search", channels=4) == {"C": 4}
+
+
 @pytest.mark.parametrize("option,value,name", [("-C", "4", "C"), ("--channels", "4", "C"),
                                                ("--layers", "3", "layers")])
 def test_an_option_the_config_also_gives_is_refused(tmp_path: Path, option: str, value: str,

@@ -115,7 +115,13 @@ def model_network(source: str) -> dict[str, Any]:
 
     Every mistake is a ConfigError naming ``source`` and the config path: another root type,
     a param the search sets itself (:data:`OWNED_PARAMS`, naming the option that sets it), an
-    unknown key, a bad value."""
+    unknown key, a bad value.
+
+    The bare name ``darts_search`` is the registered supernet with no params (the default
+    network), not the shipped ``darts_search`` config of that name: that one is written for
+    ``train`` and ``graph`` (input shape, class count), which the search takes from its data."""
+    if source == SEARCH_TYPE and not Path(source).exists():
+        return {}
     config, label, _ = resolve_source(source)
     try:
         return _model_network(config)
