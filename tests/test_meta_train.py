@@ -14,7 +14,13 @@ from funcgraph import random
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError
 from funcgraph.meta import Task
-from funcgraph.runs import MetaTrainConfig, TaskSources, evaluate_run, meta_train
+from funcgraph.runs import (
+    MetaTrainConfig,
+    TaskSources,
+    default_config,
+    evaluate_run,
+    meta_train,
+)
 from funcgraph.runs.meta_train import meta_lr_at
 from funcgraph.train import Run
 
@@ -122,6 +128,19 @@ def test_bad_input_exits_2_with_a_message(args: list[str], message: str) -> None
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_defaults_layer_class_then_algorithm_then_dataset_then_the_users_options() -> None:
+    """MAML++'s tuned defaults (docs/meta-learning.md) apply only to MAML++, the dataset's
+    defaults override them, and an option the user gives overrides both."""
+    maml, mamlpp = default_config("maml"), default_config("mamlpp")
+    assert (maml.inner_steps, maml.meta_batch, maml.steps, maml.cosine_meta_lr) == (
+        1, 32, 500, False)
+    assert (mamlpp.inner_steps, mamlpp.meta_batch, mamlpp.steps, mamlpp.cosine_meta_lr) == (
+        1, 24, 700, True)
+    given = default_config("mamlpp", meta_batch=8, steps=None)
+    assert (given.meta_batch, given.steps) == (8, 700)
+    assert default_config("mamlpp", dataset="sinusoid").meta_batch == 25
 
 
 def test_user_errors_are_one_line(tmp_path: Path) -> None:

@@ -86,10 +86,10 @@ def meta_train(
     image_size: Annotated[int | None, typer.Option(
         min=8, max=512, help="Resize images to this square size (default 28 for glyphs and "
                              "omniglot, 84 for the RGB datasets).")] = None,
-    meta_batch: Annotated[int | None, typer.Option(min=1, max=100_000,
-                                                              help="Tasks per meta-step.")] = None,
-    steps: Annotated[int | None, typer.Option(min=1, max=10**7,
-                                                         help="Meta-steps (default 500).")] = None,
+    meta_batch: Annotated[int | None, typer.Option(
+        min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 24).")] = None,
+    steps: Annotated[int | None, typer.Option(
+        min=1, max=10**7, help="Meta-steps (default 500; mamlpp 700).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Inner SGD steps in meta-training.")] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(

@@ -121,8 +121,9 @@ def model_network(source: str) -> dict[str, Any]:
     network), not the shipped ``darts_search`` config of that name: that one is written for
     ``train`` and ``graph`` (input shape, class count), which the search takes from its data."""
     if source == SEARCH_TYPE and not Path(source).exists():
-        return {}
-    config, label, _ = resolve_source(source)
+        config, label = {"model": SEARCH_TYPE}, source
+    else:
+        config, label, _ = resolve_source(source)
     try:
         return _model_network(config)
     except ConfigError as e:
