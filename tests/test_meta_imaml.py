@@ -174,6 +174,40 @@ def test_cg_stops_at_its_cap_and_reports_the_residual() -> None:
         f"the reported residual {float(out.residual)} is the true one {true}")
 
 
+def plain_cg_iterates(a: Tensor, b: Tensor, steps: int) -> list[Tensor]:
+    """Textbook CG's iterates ``x_1 .. x_steps`` from ``x_0 = 0``, with no selection."""
+    x, r = torch.zeros_like(b), b.clone()
+    p, iterates = r.clone(), []
+    for _ in range(steps):
+        ap = a @ p
+        alpha = (r @ r) / (p @ ap)
+        x, r_next = x + alpha * p, r - alpha * ap
+        p, r = r_next + (r_next @ r_next) / (r @ r) * p, r_next
+        iterates.append(x)
+    return iterates
+
+
+def test_cg_on_an_indefinite_system_returns_its_best_iterate() -> None:
+    # Eigenvalues from -1 to 3 (implicit MAML's I + H / lam when lam is small): the plain
+    # recurrence's residual climbs above ||b|| on this system, the returned one does not.
+    q, _ = torch.linalg.qr(normal(11, 12, 12))
+    a = q @ torch.diag(torch.linspace(-1.0, 3.0, 12, dtype=DT)) @ q.T
+    b = normal(12, 12)
+    iterates = plain_cg_iterates(a, b, 6)
+    residuals = [relative_residual(a, b, x) for x in iterates]
+    assert max(residuals) > 1.0, f"the fixture must make plain CG diverge: {residuals}"
+    best = min(range(6), key=residuals.__getitem__)
+    out = cg(a, b, max_steps=6, tol=0.0)
+    assert out.iterations == 6
+    assert abs(float(out.residual) - residuals[best]) <= 1e-9, (
+        f"reported {float(out.residual)}, best iterate's {residuals[best]} of {residuals}")
+    torch.testing.assert_close(out.x["x"], iterates[best], rtol=1e-9, atol=1e-12,
+                               msg="the returned x is the best iterate")
+    batched = torch.func.vmap(lambda v: cg(a, v, max_steps=6, tol=0.0).x["x"])(b[None])
+    torch.testing.assert_close(batched[0], iterates[best], rtol=1e-9, atol=1e-12,
+                               msg="vmap selects the same iterate")
+
+
 def test_cg_of_a_zero_right_hand_side_takes_no_step() -> None:
     a, _ = spd_system(4, 4, spread=2.0)
     out = cg(a, torch.zeros(4, dtype=DT), max_steps=5, tol=1e-8)

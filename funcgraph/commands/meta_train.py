@@ -87,7 +87,7 @@ def meta_train(
         min=8, max=512, help="Resize images to this square size (default 28 for glyphs and "
                              "omniglot, 84 for the RGB datasets).")] = None,
     meta_batch: Annotated[int | None, typer.Option(
-        min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 24).")] = None,
+        min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 16).")] = None,
     steps: Annotated[int | None, typer.Option(
         min=1, max=10**7, help="Meta-steps (default 500; mamlpp 700).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
@@ -129,7 +129,8 @@ def meta_train(
         help="iMAML: stop CG at this relative residual (default 1e-3).")] = None,
     train_queries: Annotated[int | None, typer.Option(
         min=1, max=1000,
-        help="Query examples per class in meta-training (default 1 for MAML).")] = None,
+        help="Query examples per class in meta-training (default 1; mamlpp 3; protonet "
+             "and reptile 5).")] = None,
     rotate: Annotated[bool, typer.Option(
         "--rotate", help="Add 90/180/270-degree rotated classes to training (MAML protocol).")
     ] = False,

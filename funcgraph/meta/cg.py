@@ -39,8 +39,8 @@ class CGResult:
     """A conjugate-gradient solve.
 
     Attributes:
-        x: the approximate solution.
-        residual: ``||b - A x|| / ||b||`` as the CG recurrence tracks it (0 when ``b`` is 0);
+        x: the approximate solution: the iterate of the smallest residual.
+        residual: its ``||b - A x|| / ||b||`` as the CG recurrence tracks it (0 when ``b`` is 0);
             a 0-dim tensor (one per task under ``vmap``).
         iterations: products with ``A`` taken (``max_steps`` inside transforms).
     """
@@ -61,7 +61,12 @@ def conjugate_gradient(
     from ``x = 0``.
 
     Stops once the relative residual ``||r|| / ||b||`` is at most ``tol`` (checked before
-    each step, so an exact start takes none) or after ``max_steps`` products. Inside
+    each step, so an exact start takes none) or after ``max_steps`` products, and returns the
+    iterate of the smallest residual seen (the start ``x = 0`` included). For a symmetric
+    positive definite ``A`` that is almost always the last; for the indefinite or badly
+    conditioned systems of implicit MAML on a small ``lam`` (where the residual can grow to
+    several times ``||b||`` within five steps), it keeps a diverging recurrence from returning
+    a worse answer than an earlier iterate. Inside
     ``torch.func`` transforms (``vmap`` over tasks) a data-dependent stop cannot be taken for
     the whole batch, so it runs exactly ``max_steps`` steps there; a step whose residual is
     already exactly zero then leaves ``x`` unchanged instead of dividing zero by zero.
@@ -78,6 +83,7 @@ def conjugate_gradient(
     r, p = b, b
     rs = dot(r, r)
     b_norm = rs.sqrt()
+    best_x, best_rs = x, rs
     iterations = 0
     while iterations < max_steps and not (stop_early and bool(rs.sqrt() <= tol * b_norm)):
         ap = matvec(p)
@@ -88,9 +94,12 @@ def conjugate_gradient(
         beta = torch.where(rs > 0, rs_next / rs, torch.zeros_like(rs))
         p = {n: r[n] + beta * p[n] for n in r}
         rs = rs_next
+        better = rs <= best_rs  # a tensor test, so it maps per task under vmap
+        best_x = {n: torch.where(better, x[n], best_x[n]) for n in x}
+        best_rs = torch.where(better, rs, best_rs)
         iterations += 1
-    residual = torch.where(b_norm > 0, rs.sqrt() / b_norm, torch.zeros_like(rs))
-    return CGResult(x, residual, iterations)
+    residual = torch.where(b_norm > 0, best_rs.sqrt() / b_norm, torch.zeros_like(best_rs))
+    return CGResult(best_x, residual, iterations)
 
 
 __all__ = ["CGResult", "conjugate_gradient", "dot", "hessian_vector"]
