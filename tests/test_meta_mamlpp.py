@@ -39,6 +39,8 @@ from funcgraph.meta import (
     msl_weights,
     objective,
     step_params,
+    step_running_stats,
+    with_step_running_stats,
 )
 from funcgraph.models import conv4
 from funcgraph.params import Params
@@ -316,3 +318,80 @@ def test_multi_step_loss_weights_must_match_the_inner_steps() -> None:
             mamlpp_loss(apply, params, image_tasks(8).pick(0),
                         objective=objective("classification"), steps=steps, inner_lr=0.1,
                         first_order=True, weights=weights)
+
+
+# --- per-step running statistics (BNRS) ----------------------------------------------------
+
+def stats_twin() -> Any:
+    """``tiny_conv4``'s model with running statistics: the same params, plus state."""
+    return conv4(WAYS, hidden=18, image_size=8, dtype=DT, running_stats=True)
+
+
+def test_step_running_stats_follow_batch_norms_update_at_each_step() -> None:
+    """Row k after one task is batch norm's momentum-0.1 update from (0, 1) by the support
+    set's statistics under the params after k inner updates; checked on the first block
+    (convolution then batch norm) against F.conv2d and a hand-taken inner step."""
+    apply, params = tiny_conv4()
+    learner = mamlpp(apply, inner_steps=1, inner_lr=0.3, eval_steps=1)
+    meta = perturbed(learner.init(params))
+    task = image_tasks(3).pick(0)
+    rows = step_running_stats(stats_twin(), meta, Task(*(t[None] for t in task)), steps=1,
+                              inner_lr=0.3, objective=objective("classification"))
+    assert len(rows) == 2
+
+    fast = {n: p.detach().requires_grad_() for n, p in step_params(meta, 0).items()}
+    loss = F.cross_entropy(apply(fast, task.support_x), task.support_y)
+    names = [n for n in fast if not n.endswith(("norm.weight", "norm.bias"))]
+    grads = dict(zip(names, torch.autograd.grad(loss, [fast[n] for n in names]), strict=True))
+    adapted = {n: (fast[n] - meta[STEP_LR_PREFIX + n][0] * grads[n]).detach() for n in names}
+    for k, weights in enumerate((fast, adapted)):
+        z = F.conv2d(task.support_x, weights["block1.conv.weight"],
+                     weights["block1.conv.bias"], stride=2, padding=1)
+        mean, var = z.mean((0, 2, 3)), z.var((0, 2, 3), unbiased=True)
+        torch.testing.assert_close(rows[k]["block1.norm.running_mean"], 0.1 * mean,
+                                   msg=f"row {k}: running mean")
+        torch.testing.assert_close(rows[k]["block1.norm.running_var"], 0.9 + 0.1 * var,
+                                   msg=f"row {k}: running variance")
+    assert not torch.equal(rows[0]["block4.norm.running_mean"],
+                           rows[1]["block4.norm.running_mean"]), "the steps' rows differ"
+
+
+def test_running_stats_score_each_query_on_its_own() -> None:
+    """With per-step running statistics a task's query loss is the mean of its queries'
+    losses scored one at a time; with batch statistics (transductive) it is not."""
+    apply, params = tiny_conv4()
+    learner = mamlpp(apply, inner_steps=2, inner_lr=0.3, eval_steps=2)
+    meta = perturbed(learner.init(params))
+    twin = stats_twin()
+    rows = step_running_stats(twin, meta, image_tasks(1, tasks=8), steps=2, inner_lr=0.3,
+                              objective=objective("classification"))
+    scored = with_step_running_stats(learner, twin, rows)
+    task = image_tasks(9).pick(0)
+    queries = task.query_x.shape[0]
+    one_by_one = [Task(task.support_x, task.support_y, task.query_x[i:i + 1],
+                       task.query_y[i:i + 1]) for i in range(queries)]
+
+    def gap(lrn: MetaLearner) -> float:
+        whole = lrn.task_eval(meta, task)[0]
+        single = torch.stack([lrn.task_eval(meta, t)[0] for t in one_by_one]).mean()
+        return float((whole - single).abs())
+
+    assert gap(scored) < 1e-12, "running statistics: each query on its own"
+    assert gap(learner) > 1e-6, "batch statistics couple the queries (the test can fail)"
+    assert scored.hparams["step_running_stats"] and "step_running_stats" not in learner.hparams
+
+
+def test_running_stats_are_refused_where_they_do_not_apply() -> None:
+    apply, params = tiny_conv4()
+    twin = stats_twin()
+    learner = mamlpp(apply, inner_steps=1, eval_steps=3)
+    rows = step_running_stats(twin, learner.init(params), image_tasks(1, tasks=2), steps=1,
+                              inner_lr=0.3, objective=objective("classification"))
+    with pytest.raises(ConfigError, match="evaluates with 3 inner steps, so it needs 4 rows"):
+        with_step_running_stats(learner, twin, rows)
+    with pytest.raises(ConfigError, match="belong to MAML\\+\\+"):
+        with_step_running_stats(maml(apply), twin, rows)
+    with pytest.raises(ConfigError, match="keeps no running statistics"):
+        step_running_stats(conv4(WAYS, hidden=18, image_size=8, dtype=DT), params,
+                            image_tasks(1, tasks=2), steps=1, inner_lr=0.3,
+                            objective=objective("classification"))

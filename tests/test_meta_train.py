@@ -293,3 +293,40 @@ def test_mamlpp_and_imaml_meta_train_and_resume_bit_for_bit(tmp_path: Path, algo
     if algo == "mamlpp":
         assert any(n.startswith("step_lr.") for n in whole.params), (  # type: ignore[attr-defined]
             "MAML++ learned no per-step rates")
+
+
+def test_mamlpp_with_per_step_running_statistics_end_to_end(tmp_path: Path) -> None:
+    """``--bn-running-stats``: validation and test use per-step running statistics;
+    ``evaluate`` follows the run's setting or overrides it (``--batch-stats``)."""
+    from test_meta_train_rgb import TINY, invoke, write_folder
+
+    root, out = tmp_path / "data", tmp_path / "run"
+    write_folder(root)
+    common = ["--dataset", "folder", "--data-root", str(root), "--image-size", "16",
+              "--tasks", "3way1shot2query"]
+    output = invoke("meta-train", *common, "--algo", "mamlpp", "--bn-running-stats",
+                    "--set", "hidden=4", "--out", str(out), *TINY)
+    assert "test (best checkpoint, 3way1shot2query)" in output, output
+    assert json.loads((out / "config.json").read_text())["bn_running_stats"] is True
+    invoke("evaluate", str(out), "--episodes", "4", "--device", "cpu")
+    invoke("evaluate", str(out), "--episodes", "4", "--device", "cpu", "--batch-stats")
+    running, batch = [r["loss"] for r in Run.open(out).metrics() if r["kind"] == "evaluate"]
+    assert running != batch, "the two normalisations score the same tasks differently"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--algo", "maml"], "--bn-running-stats: per-step running statistics are MAML++'s"),
+    (["--algo", "mamlpp", "--model", "resnet12", "--set", "widths=[4,4,8,8]"],
+     "--bn-running-stats needs the built-in conv4"),
+])
+def test_running_statistics_are_refused_before_a_run_starts(tmp_path: Path, args: list[str],
+                                                            message: str) -> None:
+    from test_meta_train_rgb import TINY, write_folder
+
+    write_folder(tmp_path / "data")
+    result = runner.invoke(app, ["meta-train", "--dataset", "folder", "--data-root",
+                                 str(tmp_path / "data"), "--image-size", "16", "--tasks",
+                                 "3way1shot2query", "--bn-running-stats", *args, "--out",
+                                 str(tmp_path / "run"), *TINY])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not (tmp_path / "run").exists(), "a refused start left a run directory"

@@ -27,6 +27,10 @@ def evaluate(
         min=1, max=100_000, help="Held-out tasks to average over.")] = 600,
     inner_steps_eval: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
+    bn_running_stats: Annotated[bool | None, typer.Option(
+        "--bn-running-stats/--batch-stats",
+        help="MAML++: normalise each inner step with its running statistics (each query on "
+             "its own) or with each batch's statistics (default: the run's).")] = None,
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
     threads: ThreadsOption = 0,
@@ -48,7 +52,7 @@ def evaluate(
                                  param_hint="--checkpoint")
     run, tag, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes,
                                     checkpoint=checkpoint, inner_steps_eval=inner_steps_eval,
-                                    device=device, seed=seed)
+                                    bn_running_stats=bn_running_stats, device=device, seed=seed)
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
     console.print(f"{run.path} ({tag} checkpoint{fallback}): {result}", highlight=False,
                   markup=False, soft_wrap=True)

@@ -121,6 +121,10 @@ def meta_train(
     first_order_until: Annotated[int | None, typer.Option(
         min=0, max=10**7, help="MAML++: first-order meta-gradients before this meta-step "
                                "(derivative-order annealing; default 0).")] = None,
+    bn_running_stats: Annotated[bool, typer.Option(
+        "--bn-running-stats",
+        help="MAML++: validate and test with per-step batch-norm running statistics (each "
+             "query scored on its own) instead of each batch's statistics.")] = False,
     imaml_lambda: Annotated[float | None, typer.Option(
         help="iMAML: the proximal regulariser's strength (default 1).")] = None,
     cg_steps: Annotated[int | None, typer.Option(
@@ -198,7 +202,8 @@ def meta_train(
         meta_optimizer=None if meta_optimizer is None else meta_optimizer.value,
         inner_optimizer=None if inner_optimizer is None else inner_optimizer.value,
         msl_anneal_steps=msl_anneal_steps,
-        first_order_until=first_order_until, imaml_lambda=imaml_lambda, cg_steps=cg_steps,
+        first_order_until=first_order_until, bn_running_stats=bn_running_stats or None,
+        imaml_lambda=imaml_lambda, cg_steps=cg_steps,
         cg_tol=cg_tol,
         rotate=rotate or None,
         strategy=strategy.value, validate_every=validate_every, val_episodes=val_episodes,

@@ -25,7 +25,14 @@ from .learner import (
     objective,
 )
 from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, remat_task_grad, task_loss
-from .mamlpp import mamlpp, mamlpp_loss, msl_weights, step_params
+from .mamlpp import (
+    mamlpp,
+    mamlpp_loss,
+    msl_weights,
+    step_params,
+    step_running_stats,
+    with_step_running_stats,
+)
 from .protonet import protonet, protonet_logits, prototypes, squared_distances
 from .reptile import reptile
 from .strategy import (
@@ -85,6 +92,8 @@ __all__ = [
     "resolve_strategy",
     "squared_distances",
     "step_params",
+    "step_running_stats",
     "task_evals",
     "task_loss",
+    "with_step_running_stats",
 ]

@@ -10,7 +10,7 @@ Two variants, as in the MAML paper (Finn et al., 2017):
   ``"pool"`` per image (the convolutions run on 4x fewer positions) and as accurate on
   Omniglot-like data, which is why it is the CPU default.
 
-Batch norm always uses the statistics of the batch it sees (``track_running_stats=False``):
+By default batch norm uses the statistics of the batch it sees (``track_running_stats=False``):
 transductive batch norm, as MAML does, so the model has no state and
 ``funcgraph.bind(model, {})`` gives a plain ``f(params, x)``. It is funcgraph's batch norm:
 the mean/var form under ``torch.func`` transforms, whose second-order gradients are correct
@@ -70,6 +70,7 @@ def conv4(
     image_size: int = 28,
     variant: str = "strided",
     eps: float = 1e-5,
+    running_stats: bool = False,
     dtype: torch.dtype = torch.float32,
 ) -> Model:
     """The four-block few-shot CNN.
@@ -81,9 +82,15 @@ def conv4(
         image_size: input height and width, used to size the head of the ``"pool"`` variant.
         variant: ``"strided"`` (stride-2 convs, spatial mean) or ``"pool"`` (max-pool).
         eps: batch-norm epsilon.
+        running_stats: batch norm keeps running statistics (state
+            ``block{1..4}.norm.running_mean/running_var``, momentum 0.1): training returns them
+            updated and evaluation normalises with them, each example on its own. Meta-learning
+            trains the stateless default; MAML++'s per-step running statistics
+            (:func:`funcgraph.meta.mamlpp.step_running_stats`) accumulate on this twin.
     Returns:
-        A stateless :class:`~funcgraph.Model` mapping ``(B, in_channels, H, W)`` to
-        ``(B, ways)`` logits (or ``(B, hidden)`` features). Params are named
+        A :class:`~funcgraph.Model` (stateless unless ``running_stats``) mapping
+        ``(B, in_channels, H, W)`` to ``(B, ways)`` logits (or ``(B, hidden)`` features).
+        Params are named
         ``block{1..4}.conv.weight/bias``, ``block{1..4}.norm.weight/bias``, ``head.weight/bias``.
 
     Example::
@@ -93,6 +100,8 @@ def conv4(
         logits = funcgraph.bind(model, state)(params, images)   # (B, 5)
     """
     _check("conv4", variant, in_channels=in_channels, hidden=hidden, image_size=image_size)
+    if not isinstance(running_stats, bool):
+        raise ConfigError(f"conv4: running_stats must be a bool, got {running_stats!r}")
     if ways is not None:
         check_int("conv4", "ways (classes of the head, or None for no head)", ways)
     stride = 2 if variant == "strided" else 1
@@ -101,7 +110,7 @@ def conv4(
     for i in range(4):
         blocks[f"block{i + 1}"] = nn.conv_batch_norm(
             in_channels if i == 0 else hidden, hidden, 3, stride=stride, padding=1, eps=eps,
-            track_running_stats=False, dtype=dtype)
+            track_running_stats=running_stats, dtype=dtype)
         size = (size + 1) // 2 if variant == "strided" else size // 2
     features = hidden if variant == "strided" else hidden * size * size
     children: dict[str, Model] = dict(blocks)
@@ -121,7 +130,8 @@ def conv4(
         return run("head", x) if ways is not None else x
 
     meta: dict[str, Any] = {"ways": ways, "in_channels": in_channels, "hidden": hidden,
-                            "image_size": image_size, "variant": variant, "eps": eps}
+                            "image_size": image_size, "variant": variant, "eps": eps,
+                            "running_stats": running_stats}
     return nn.composite("conv4", children, forward, **meta)
 
 

@@ -11,7 +11,14 @@ from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate, resolve_strategy
 from ..placement import resolve_device
 from ..train import Run
-from .meta_train import MetaTrainConfig, build_learner, init_params, run_model, task_size
+from .meta_train import (
+    MetaTrainConfig,
+    build_learner,
+    evaluation_learner,
+    init_params,
+    run_model,
+    task_size,
+)
 from .task_sources import task_sources
 
 
@@ -22,10 +29,15 @@ def evaluate_run(
     episodes: int = 600,
     checkpoint: str = "best",
     inner_steps_eval: int | None = None,
+    bn_running_stats: bool | None = None,
     device: str = "cpu",
     seed: int | None = None,
 ) -> tuple[Run, str, EvalResult]:
     """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``).
+
+    ``inner_steps_eval`` and ``bn_running_stats`` (MAML++: normalise with per-step running
+    statistics instead of each batch's own) override the run's settings; neither changes
+    what was trained.
 
     Returns ``(run, checkpoint tag scored, result)``: ``"best"`` falls back to ``"last"`` for a
     run that never validated, and the caller says which one it got.
@@ -37,6 +49,8 @@ def evaluate_run(
         changes["tasks"] = tasks
     if inner_steps_eval is not None:
         changes["inner_steps_eval"] = inner_steps_eval
+    if bn_running_stats is not None:
+        changes["bn_running_stats"] = bn_running_stats
     cfg = replace(cfg, **changes)
     dev = resolve_device(device)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root,
@@ -53,7 +67,8 @@ def evaluate_run(
                               f"{checkpoint}.json)")
     params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
     key = random.fold_in(random.key(cfg.seed if seed is None else seed), -3)
-    result = evaluate(learner, params, sources.test, key=key, episodes=episodes,
+    scorer = evaluation_learner(cfg, learner, params, sources, dev)
+    result = evaluate(scorer, params, sources.test, key=key, episodes=episodes,
                       strategy=resolve_strategy("auto", dev,
                                                 examples_per_task=task_size(sources.test)),
                       device=dev)

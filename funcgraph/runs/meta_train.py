@@ -38,6 +38,8 @@ from ..meta import (
     protonet,
     reptile,
     resolve_strategy,
+    step_running_stats,
+    with_step_running_stats,
 )
 from ..meta.reptile import INNER_OPTIMIZERS
 from ..meta.strategy import CHOICES, STRATEGIES
@@ -89,6 +91,7 @@ class MetaTrainConfig:
     inner_optimizer: str = "sgd"
     msl_anneal_steps: int | None = None
     first_order_until: int = 0
+    bn_running_stats: bool = False
     imaml_lambda: float = 1.0
     cg_steps: int = 5
     cg_tol: float = 1e-3
@@ -138,6 +141,9 @@ class MetaTrainConfig:
         if self.cosine_meta_lr and self.linear_meta_lr:
             raise ConfigError("--cosine-meta-lr and --linear-meta-lr are two schedules of the "
                               "same rate; choose one")
+        if self.bn_running_stats and self.algo != "mamlpp":
+            raise ConfigError(f"--bn-running-stats: per-step running statistics are MAML++'s "
+                              f"(--algo mamlpp); {self.algo} evaluates with batch statistics")
         if self.inner_optimizer != "sgd" and self.algo != "reptile":
             raise ConfigError(f"--inner-optimizer {self.inner_optimizer} applies to reptile; "
                               f"the inner loop of {self.algo} is SGD (its meta-gradient "
@@ -280,6 +286,40 @@ def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> M
                 name=cfg.algo, **kw)
 
 
+def running_stats_twin(cfg: MetaTrainConfig) -> Model:
+    """The run's conv4 with batch-norm running statistics, which ``--bn-running-stats``
+    accumulates and evaluates with.
+
+    Raises:
+        ConfigError: the run's model is not the built-in conv4.
+    """
+    if cfg.model.get("name") != "conv4":
+        raise ConfigError("--bn-running-stats needs the built-in conv4 (whose twin keeps "
+                          f"running statistics); the run's model is {cfg.model}")
+    return resolve_model({**cfg.model, "running_stats": True})
+
+
+RUNNING_STATS_TASKS = 200
+"""Training tasks that MAML++'s per-step running statistics accumulate over (batch norm's
+momentum 0.1 leaves the initial statistics a weight of 0.9 ** 200, below 1e-9)."""
+
+
+def evaluation_learner(cfg: MetaTrainConfig, learner: MetaLearner, params: Params,
+                       sources: TaskSources, device: torch.device) -> MetaLearner:
+    """The learner that scores ``params``: ``learner`` itself, or with
+    ``--bn-running-stats`` MAML++ normalising each evaluation step with that step's running
+    statistics (:func:`funcgraph.meta.mamlpp.step_running_stats`), accumulated over
+    :data:`RUNNING_STATS_TASKS` training tasks from ``params`` (so each validation uses the
+    statistics of the params it scores)."""
+    if not cfg.bn_running_stats:
+        return learner
+    twin = running_stats_twin(cfg)
+    tasks = sources.train(RunKeys.of(cfg.seed).running_stats, RUNNING_STATS_TASKS).to(device)
+    rows = step_running_stats(twin, params, tasks, steps=learner.hparams["eval_steps"],
+                              inner_lr=learner.hparams["inner_lr"], objective=learner.objective)
+    return with_step_running_stats(learner, twin, rows)
+
+
 def meta_optimizer(cfg: MetaTrainConfig) -> Optimizer:
     """The meta-step's optimiser: Adam, or plain SGD (Reptile's ``theta += eps (W - theta)``
     is SGD on its pseudo-gradient with rate ``eps``)."""
@@ -316,6 +356,11 @@ class RunKeys:
     @property
     def test(self) -> Key:
         return random.fold_in(self.train, -2)
+
+    @property
+    def running_stats(self) -> Key:
+        """The training-split tasks that per-step running statistics accumulate over."""
+        return random.fold_in(self.train, -4)
 
     def tasks(self, step: int, meta_batch: int) -> tuple[Key, Key]:
         """``(task sampling key, per-task model keys (meta_batch, 2))`` of meta-step ``step``."""
@@ -378,6 +423,8 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     learner = build_learner(cfg, sources, model)
     params = init_params(cfg, learner, model)
     per_task = check_fit(learner, params, sources)
+    if cfg.bn_running_stats:
+        running_stats_twin(cfg)  # refuse another model before anything is written
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
         cfg.strategy, device, examples_per_task=task_size(sources.train))
@@ -492,7 +539,8 @@ def meta_train(
         metric_name = learner.objective.metric_name
 
         def validate(step: int, groups: Groups) -> dict[str, float]:
-            res = evaluate(learner, groups["params"], sources.val, key=keys.val,
+            scorer = evaluation_learner(cfg, learner, groups["params"], sources, dev)
+            res = evaluate(scorer, groups["params"], sources.val, key=keys.val,
                            episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
             return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
@@ -514,7 +562,8 @@ def meta_train(
             return MetaTrainResult(run, groups["params"], None)
         tag = "best" if run.has_checkpoint("best") else "last"
         final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
-        test = evaluate(learner, final, sources.test, key=keys.test, episodes=cfg.test_episodes,
+        test = evaluate(evaluation_learner(cfg, learner, final, sources, dev), final,
+                        sources.test, key=keys.test, episodes=cfg.test_episodes,
                         strategy=eval_strategy, device=dev)
         run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
         write_curves(run.path)
@@ -531,15 +580,18 @@ __all__ = [
     "MetaTrainConfig",
     "MetaTrainPlan",
     "MetaTrainResult",
+    "RUNNING_STATS_TASKS",
     "RunKeys",
     "build_learner",
     "check_fit",
     "default_config",
     "default_model_config",
+    "evaluation_learner",
     "init_params",
     "meta_train",
     "model_config",
     "plan_meta_train",
     "run_model",
+    "running_stats_twin",
     "task_size",
 ]
