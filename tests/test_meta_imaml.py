@@ -208,6 +208,17 @@ def test_cg_on_an_indefinite_system_returns_its_best_iterate() -> None:
                                msg="vmap selects the same iterate")
 
 
+def test_cg_from_a_start_converges_and_an_exact_start_takes_no_step() -> None:
+    a, b = spd_system(10, 13, spread=3.0)
+    solution = torch.linalg.solve(a, b)
+    out = cg(a, b, max_steps=40, tol=1e-11, x0={"x": normal(14, 10)})
+    torch.testing.assert_close(out.x["x"], solution, rtol=1e-9, atol=1e-10,
+                               msg="CG from a random start vs torch.linalg.solve")
+    exact = cg(a, b, max_steps=5, tol=1e-8, x0={"x": solution})
+    assert exact.iterations == 0 and float(exact.residual) <= 1e-8, (
+        f"an exact start is kept: {exact.iterations} steps, residual {exact.residual}")
+
+
 def test_cg_of_a_zero_right_hand_side_takes_no_step() -> None:
     a, _ = spd_system(4, 4, spread=2.0)
     out = cg(a, torch.zeros(4, dtype=DT), max_steps=5, tol=1e-8)

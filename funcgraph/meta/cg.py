@@ -42,7 +42,8 @@ class CGResult:
         x: the approximate solution: the iterate of the smallest residual.
         residual: its ``||b - A x|| / ||b||`` as the CG recurrence tracks it (0 when ``b`` is 0);
             a 0-dim tensor (one per task under ``vmap``).
-        iterations: products with ``A`` taken (``max_steps`` inside transforms).
+        iterations: CG steps taken, one product with ``A`` each (``max_steps`` inside
+            transforms).
     """
 
     x: Params
@@ -56,17 +57,18 @@ def conjugate_gradient(
     *,
     max_steps: int,
     tol: float,
+    x0: Params | None = None,
 ) -> CGResult:
     """Solve ``A x = b`` for a symmetric positive definite ``A`` given as ``matvec(v) = A v``,
-    from ``x = 0``.
+    from ``x0`` (default ``0``; a given start costs one more product, for its residual).
 
     Stops once the relative residual ``||r|| / ||b||`` is at most ``tol`` (checked before
-    each step, so an exact start takes none) or after ``max_steps`` products, and returns the
-    iterate of the smallest residual seen (the start ``x = 0`` included). For a symmetric
-    positive definite ``A`` that is almost always the last; for the indefinite or badly
-    conditioned systems of implicit MAML on a small ``lam`` (where the residual can grow to
-    several times ``||b||`` within five steps), it keeps a diverging recurrence from returning
-    a worse answer than an earlier iterate. Inside
+    each step, so an exact start takes none) or after ``max_steps`` steps, and returns the
+    iterate of the smallest residual seen, the start included. For a symmetric positive
+    definite ``A`` that is almost always the last; for the indefinite or badly conditioned
+    systems of implicit MAML on a small ``lam`` (measured on a random conv4: every iterate's
+    residual above ``||b||``), it keeps a diverging recurrence from returning a worse answer
+    than the start. Inside
     ``torch.func`` transforms (``vmap`` over tasks) a data-dependent stop cannot be taken for
     the whole batch, so it runs exactly ``max_steps`` steps there; a step whose residual is
     already exactly zero then leaves ``x`` unchanged instead of dividing zero by zero.
@@ -79,10 +81,14 @@ def conjugate_gradient(
         raise ConfigError(f"conjugate_gradient: tol must be a number >= 0 (a relative "
                           f"residual), got {tol!r}")
     stop_early = not in_transform()
-    x = {n: torch.zeros_like(t) for n, t in b.items()}
-    r, p = b, b
+    if x0 is None:
+        x, r = {n: torch.zeros_like(t) for n, t in b.items()}, b
+    else:
+        ax0 = matvec(x0)
+        x, r = x0, {n: b[n] - ax0[n] for n in b}
+    p = r
     rs = dot(r, r)
-    b_norm = rs.sqrt()
+    b_norm = dot(b, b).sqrt()
     best_x, best_rs = x, rs
     iterations = 0
     while iterations < max_steps and not (stop_early and bool(rs.sqrt() <= tol * b_norm)):
