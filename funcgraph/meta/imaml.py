@@ -4,19 +4,19 @@ a :class:`MetaLearner`.
 The inner problem is proximal: from ``phi = theta``, ``inner_steps`` plain gradient steps on
 ``support_loss(phi) + lam/2 * ||phi - theta||^2`` (:func:`proximal_adapt`), with no graph
 kept. At its minimiser ``phi*`` the Jacobian ``d phi* / d theta`` is ``(I + H / lam)^-1``
-(``H`` the support loss's Hessian at ``phi*``), whatever path led there, so the meta-gradient
-is the solution ``v`` of ``(I + H / lam) v = g``, with ``g`` the query loss's gradient at
-``phi``; conjugate gradients solve it with Hessian-vector products
+(``H`` the support loss's Hessian at ``phi*``), whatever path led there, so the
+meta-gradient is the solution ``v`` of ``(I + H / lam) v = g``, with ``g`` the query loss's
+gradient at ``phi``; conjugate gradients solve it with Hessian-vector products
 (:func:`~funcgraph.meta.cg.conjugate_gradient`), starting from ``v = g`` (the solution as
-``lam`` grows, first-order MAML's gradient) and keeping the iterate of the smallest residual.
-On a conv4 at initialisation with ``lam`` 1 or 2 the system is far from positive definite
-(every CG iterate from ``v = 0`` had a residual above ``||g||`` on 8 glyph tasks), so a
-failed solve returns a first-order gradient rather than noise or nothing. Memory is one
+``lam`` grows, first-order MAML's gradient) and keeping the iterate of the smallest
+residual. On a conv4 at initialisation with ``lam`` 1 or 2 the system is far from positive
+definite (every CG iterate from ``v = 0`` had a residual above ``||g||`` on 8 glyph tasks),
+so a failed solve returns a first-order gradient rather than noise or nothing. Memory is one
 support pass's double-backward graph and a few param-sized vectors, whatever the number of
-inner steps, where MAML's graph grows with every step. The meta-gradient is exact to the extent the inner
-loop converged and CG reached its tolerance: :func:`imaml_solve` reports the adapted params,
-CG's relative residual and its iterations; the learner's ``task_grad`` returns its
-meta-gradient, loss and metric.
+inner steps, where MAML's graph grows with every step. The meta-gradient is exact to the
+extent the inner loop converged and CG reached its tolerance: :func:`imaml_solve` reports
+the adapted params, CG's relative residual and its iterations; the learner's ``task_grad``
+returns its meta-gradient, loss and metric.
 
 CG needs one fixed linear operator, so every Hessian-vector product of a task forwards the
 support set with one key: the support key of step ``inner_steps``, the step after the last
