@@ -137,10 +137,10 @@ def test_defaults_layer_class_then_algorithm_then_dataset_then_the_users_options
     assert (maml.inner_steps, maml.meta_batch, maml.steps, maml.cosine_meta_lr) == (
         1, 32, 500, False)
     assert (mamlpp.inner_steps, mamlpp.meta_batch, mamlpp.steps, mamlpp.cosine_meta_lr,
-            mamlpp.train_queries) == (1, 16, 700, True, 3)
+            mamlpp.train_queries) == (1, 16, 650, True, 3)
     assert maml.train_queries == 1
     given = default_config("mamlpp", meta_batch=8, steps=None)
-    assert (given.meta_batch, given.steps) == (8, 700)
+    assert (given.meta_batch, given.steps) == (8, 650)
     assert default_config("mamlpp", dataset="sinusoid").meta_batch == 25
 
 

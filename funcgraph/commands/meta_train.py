@@ -89,7 +89,7 @@ def meta_train(
     meta_batch: Annotated[int | None, typer.Option(
         min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 16).")] = None,
     steps: Annotated[int | None, typer.Option(
-        min=1, max=10**7, help="Meta-steps (default 500; mamlpp 700).")] = None,
+        min=1, max=10**7, help="Meta-steps (default 500; mamlpp 650).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
         min=0, max=1000, help="Inner SGD steps in meta-training.")] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(

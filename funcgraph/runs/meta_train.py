@@ -186,11 +186,11 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     # MAML++ (Antoniou et al. 2019): learned per-step inner rates, per-step batch-norm
     # weights, a cosine-annealed meta learning rate. Tuned on glyphs 5-way 1-shot against
     # MAML's default run, one core each (docs/meta-learning.md): one inner step (two cost
-    # 1.7x for +0.2 points), 700 steps of 16 tasks with 3 queries per class (a less noisy
-    # query loss per task, more updates than MAML's 500 x 32, less CPU time): 95.6-95.8% on
-    # three seeds against 24 tasks with one query's 94.7-95.2%.
+    # 1.7x for +0.2 points), 650 steps of 16 tasks with 3 queries per class (a less noisy
+    # query loss per task, more updates than MAML's 500 x 32): 95.5-96.1% on three seeds in
+    # 0.95-0.99x MAML's CPU time, against 24 tasks with one query's 94.7-95.2%.
     "mamlpp": {"inner_steps": 1, "inner_steps_eval": 3, "cosine_meta_lr": True,
-               "meta_batch": 16, "train_queries": 3, "steps": 700},
+               "meta_batch": 16, "train_queries": 3, "steps": 650},
     # iMAML (Rajeswaran et al. 2019): a proximal inner loop of 5 steps, the implicit gradient
     # by 5 conjugate-gradient steps; lambda 1 as the paper's Omniglot setting.
     "imaml": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 10},
