@@ -377,6 +377,11 @@ def test_running_stats_score_each_query_on_its_own() -> None:
         return float((whole - single).abs())
 
     assert gap(scored) < 1e-12, "running statistics: each query on its own"
+    garbage = [{n: v * 7 + 3 for n, v in row.items()} for row in rows[:-1]] + [rows[-1]]
+    with_garbage = with_step_running_stats(learner, twin, garbage)
+    assert all(torch.equal(a, b) for a, b in zip(
+        scored.task_eval(meta, task), with_garbage.task_eval(meta, task), strict=True)), (
+        "the support passes use the support set's statistics, not the rows of their steps")
     assert gap(learner) > 1e-6, "batch statistics couple the queries (the test can fail)"
     assert scored.hparams["step_running_stats"] and "step_running_stats" not in learner.hparams
 
