@@ -78,6 +78,38 @@ def test_reptile_update_equals_its_formula() -> None:
                                    msg=lambda m, n=n: f"reptile update of {n}: {m}")
 
 
+def test_reptile_minibatches_fit_one_example_of_every_class_per_step() -> None:
+    """With ``ways``, inner step i fits the i-th example of every class (support examples
+    first, then queries; cycling after the last), against a hand loop; vmap agrees."""
+    model = conv4(3, hidden=4, image_size=8, dtype=DT)
+    theta, state = model.init(random.key(0))
+    apply = bind(model, state)
+    tasks = image_tasks(5)  # 3 ways, 2 shots and 2 queries: 4 examples per class
+    steps, lr = 5, 0.1
+    learner = reptile(apply, inner_steps=steps, inner_lr=lr, ways=3)
+    pseudo, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="loop")
+    want: dict[str, list[torch.Tensor]] = {n: [] for n in theta}
+    for t in range(tasks.num_tasks):
+        by_class = [torch.cat([tasks.support_x[t][tasks.support_y[t] == c],
+                               tasks.query_x[t][tasks.query_y[t] == c]]) for c in range(3)]
+        w = {n: p.detach().clone().requires_grad_() for n, p in theta.items()}
+        for i in range(steps):
+            x = torch.stack([examples[i % 4] for examples in by_class])
+            loss = F.cross_entropy(apply(w, x), torch.arange(3))
+            grads = torch.autograd.grad(loss, list(w.values()))
+            w = {n: (p - lr * g).detach().requires_grad_()
+                 for (n, p), g in zip(w.items(), grads, strict=True)}
+        for n, p in theta.items():
+            want[n].append(p - w[n].detach())
+    for n in theta:
+        torch.testing.assert_close(pseudo[n], torch.stack(want[n]).mean(0), rtol=1e-10,
+                                   atol=1e-12, msg=lambda m, n=n: f"minibatch reptile {n}: {m}")
+    batched, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="vmap")
+    for n in theta:
+        torch.testing.assert_close(batched[n], pseudo[n], rtol=1e-9, atol=1e-11,
+                                   msg=lambda m, n=n: f"vmap vs loop, {n}: {m}")
+
+
 def test_reptile_adam_inner_loop_equals_torch_optim_adam() -> None:
     """The paper's inner loop: Adam with beta1 = 0 from a fresh state, on all of a task's
     examples, against torch.optim.Adam stepping a copy of the params."""

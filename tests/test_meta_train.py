@@ -120,6 +120,9 @@ runner = CliRunner()
     (["--resume"], "--out"),
     (["--algo", "reptile", "--remat"], "--remat"),
     (["--inner-steps", "3"], "protonet has no inner loop"),
+    (["--algo", "maml", "--inner-minibatches"], "--inner-minibatches applies to reptile"),
+    (["--algo", "reptile", "--dataset", "sinusoid", "--inner-minibatches"],
+     "sinusoid tasks are regression and have no classes"),
     (["--algo", "protonet", "--inner-lr", "0.1", "--inner-steps-eval", "5"],
      "--inner-steps-eval, --inner-lr: protonet has no inner loop"),
 ])
@@ -142,6 +145,9 @@ def test_defaults_layer_class_then_algorithm_then_dataset_then_the_users_options
     given = default_config("mamlpp", meta_batch=8, steps=None)
     assert (given.meta_batch, given.steps) == (8, 650)
     assert default_config("mamlpp", dataset="sinusoid").meta_batch == 25
+    assert default_config("reptile").inner_minibatches
+    assert not default_config("reptile", dataset="sinusoid").inner_minibatches
+    assert not default_config("reptile", inner_minibatches=False).inner_minibatches
 
 
 def test_user_errors_are_one_line(tmp_path: Path) -> None:

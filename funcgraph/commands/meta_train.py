@@ -115,6 +115,10 @@ def meta_train(
     inner_optimizer: Annotated[InnerOptimizer | None, typer.Option(
         help="Reptile: optimiser of the inner loop (adam: betas (0, 0.999), fresh per task).")
     ] = None,
+    inner_minibatches: Annotated[bool | None, typer.Option(
+        "--inner-minibatches/--inner-full-batch",
+        help="Reptile: each inner step fits one example of every class (cycling through the "
+             "task; the default) or all of the task's examples at once.")] = None,
     msl_anneal_steps: Annotated[int | None, typer.Option(
         min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
                                "towards the last inner step (default: 15% of --steps).")] = None,
@@ -201,6 +205,7 @@ def meta_train(
         cosine_meta_lr=cosine_meta_lr, linear_meta_lr=linear_meta_lr,
         meta_optimizer=None if meta_optimizer is None else meta_optimizer.value,
         inner_optimizer=None if inner_optimizer is None else inner_optimizer.value,
+        inner_minibatches=inner_minibatches,
         msl_anneal_steps=msl_anneal_steps,
         first_order_until=first_order_until, bn_running_stats=bn_running_stats or None,
         imaml_lambda=imaml_lambda, cg_steps=cg_steps,

@@ -105,6 +105,7 @@ def adapt(
     lrs: Params | None = None,
     key: Key | None = None,
     optimizer: Optimizer | None = None,
+    minibatches: bool = False,
 ) -> Params:
     """Params after ``inner.steps`` SGD steps (or ``optimizer``'s) on ``loss(apply(params, x), y)``.
 
@@ -119,21 +120,26 @@ def adapt(
         optimizer: another update rule than SGD (a pure :class:`~funcgraph.train.Optimizer`,
             e.g. Reptile's inner Adam), fresh per call; its steps are not differentiated
             through, so it needs ``inner.first_order``.
+        minibatches: ``x`` and ``y`` hold one minibatch per row of their first dim, and step
+            ``i`` fits row ``i`` modulo the rows (Reptile's inner loop over minibatches).
     Returns:
         A new dict with every name of ``params``; non-adapted entries are the same tensors.
     """
     fast = {n: params[n] for n in inner.adapted(params)}
     frozen = {n: p for n, p in params.items() if n not in fast}
 
-    def support_loss(f: Params, step_key: Key | None) -> Tensor:
+    def support_loss(f: Params, step_key: Key | None, step: int) -> Tensor:
+        if minibatches:
+            row = step % x.shape[0]
+            return loss(call(apply, {**frozen, **f}, x[row], step_key), y[row])
         return loss(call(apply, {**frozen, **f}, x, step_key), y)
 
     if optimizer is not None and not inner.first_order:
         raise ConfigError(f"adapt: the {optimizer.name} inner loop is first order only "
                           "(inner.first_order=True)")
     state = optimizer.init(fast) if optimizer is not None else None
-    for step_key in support_keys(key, inner.steps):
-        grads = grad_of(partial(support_loss, step_key=step_key), fast,
+    for step, step_key in enumerate(support_keys(key, inner.steps)):
+        grads = grad_of(partial(support_loss, step_key=step_key, step=step), fast,
                         create_graph=not inner.first_order)
         if optimizer is not None:
             fast, state = optimizer.update(fast, grads, state)

@@ -47,6 +47,7 @@ def reptile(
     inner_lr: float = 0.1,
     eval_steps: int | None = None,
     inner_optimizer: str = "sgd",
+    ways: int | None = None,
 ) -> MetaLearner:
     """Reptile over ``apply(params, x)``; see the module docstring.
 
@@ -55,6 +56,9 @@ def reptile(
         inner_steps, inner_lr: steps and learning rate of the inner loop in training.
         eval_steps: inner steps at evaluation (adapting on the support set only).
         inner_optimizer: ``"sgd"`` or ``"adam"`` (``betas = (0, 0.999)``, fresh per task).
+        ways: classes per task, for an inner loop over class-balanced minibatches: step ``i``
+            fits the ``i``-th example of every class (cycling), as many examples as a 1-shot
+            support set, instead of all of the task's examples at once; ``None``: all at once.
     """
     if inner_optimizer not in INNER_OPTIMIZERS:
         raise ConfigError(f"reptile: inner_optimizer must be one of {INNER_OPTIMIZERS}, got "
@@ -65,15 +69,20 @@ def reptile(
     eval_inner = InnerLoop(inner_steps if eval_steps is None else eval_steps, inner_lr,
                            first_order=True)
 
-    def fit(params: Params, x: Tensor, y: Tensor, inner: InnerLoop, key: Tensor | None
-            ) -> Params:
+    def fit(params: Params, x: Tensor, y: Tensor, inner: InnerLoop, key: Tensor | None,
+            minibatches: bool = False) -> Params:
         rule = None if inner_optimizer == "sgd" else adam(inner.lr, betas=ADAM_BETAS)
-        return adapt(apply, params, x, y, loss=obj.loss, inner=inner, key=key, optimizer=rule)
+        return adapt(apply, params, x, y, loss=obj.loss, inner=inner, key=key, optimizer=rule,
+                     minibatches=minibatches)
 
     def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
         x = torch.cat([task.support_x, task.query_x])
         y = torch.cat([task.support_y, task.query_y])
-        fast = fit(meta_params, x, y, train_inner, task.key)
+        if ways is not None:
+            order = torch.argsort(y, stable=True)  # grouped by class, (ways * per_class,)
+            x = x[order].unflatten(0, (ways, -1)).transpose(0, 1)
+            y = y[order].unflatten(0, (ways, -1)).transpose(0, 1)
+        fast = fit(meta_params, x, y, train_inner, task.key, minibatches=ways is not None)
         pseudo = {n: (p - fast[n]).detach() for n, p in meta_params.items()}
         loss, metric = query_score(fast, task)
         return pseudo, loss, metric
