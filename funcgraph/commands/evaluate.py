@@ -29,8 +29,9 @@ def evaluate(
         min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
     bn_running_stats: Annotated[bool | None, typer.Option(
         "--bn-running-stats/--batch-stats",
-        help="MAML++: normalise each inner step with its running statistics (each query on "
-             "its own) or with each batch's statistics (default: the run's).")] = None,
+        help="MAML++: score each query on its own, normalised with the per-step running "
+             "statistics of the adapted params, or with each batch's statistics (default: "
+             "the run's).")] = None,
     checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
     device: DeviceOption = "auto",
     threads: ThreadsOption = 0,

@@ -90,8 +90,8 @@ def conv4(
     Returns:
         A :class:`~funcgraph.Model` (stateless unless ``running_stats``) mapping
         ``(B, in_channels, H, W)`` to ``(B, ways)`` logits (or ``(B, hidden)`` features).
-        Params are named
-        ``block{1..4}.conv.weight/bias``, ``block{1..4}.norm.weight/bias``, ``head.weight/bias``.
+        Params are named ``block{1..4}.conv.weight/bias``, ``block{1..4}.norm.weight/bias``,
+        ``head.weight/bias``.
 
     Example::
 

@@ -35,9 +35,9 @@ def evaluate_run(
 ) -> tuple[Run, str, EvalResult]:
     """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``).
 
-    ``inner_steps_eval`` and ``bn_running_stats`` (MAML++: normalise with per-step running
-    statistics instead of each batch's own) override the run's settings; neither changes
-    what was trained.
+    ``inner_steps_eval`` and ``bn_running_stats`` (MAML++: score each query on its own with
+    per-step running statistics instead of the query batch's own) override the run's
+    settings; neither changes what was trained.
 
     Returns ``(run, checkpoint tag scored, result)``: ``"best"`` falls back to ``"last"`` for a
     run that never validated, and the caller says which one it got.

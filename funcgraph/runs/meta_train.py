@@ -317,10 +317,10 @@ momentum 0.1 leaves the initial statistics a weight of 0.9 ** 200, below 1e-9)."
 def evaluation_learner(cfg: MetaTrainConfig, learner: MetaLearner, params: Params,
                        sources: TaskSources, device: torch.device) -> MetaLearner:
     """The learner that scores ``params``: ``learner`` itself, or with
-    ``--bn-running-stats`` MAML++ normalising each evaluation step with that step's running
-    statistics (:func:`funcgraph.meta.mamlpp.step_running_stats`), accumulated over
-    :data:`RUNNING_STATS_TASKS` training tasks from ``params`` (so each validation uses the
-    statistics of the params it scores)."""
+    ``--bn-running-stats`` MAML++ scoring each query on its own with the running statistics
+    of the adapted params (:func:`funcgraph.meta.mamlpp.with_step_running_stats`),
+    accumulated over :data:`RUNNING_STATS_TASKS` training tasks from ``params`` (so each
+    validation uses the statistics of the params it scores)."""
     if not cfg.bn_running_stats:
         return learner
     twin = running_stats_twin(cfg)
