@@ -14,6 +14,7 @@ Process-group timeouts are set, so a rank that dies ends the others with a
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import subprocess
 import sys
@@ -93,6 +94,14 @@ def init(
     check_backend(backend)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(local_world, 1)))
     if not dist.is_initialized():
+        # torch.distributed.nn binds ``group.WORLD`` as default arguments when first imported,
+        # and torch.func imports it lazily (through torch._dynamo) on the first transform.
+        # Imported after the group exists, it pins the default group for good:
+        # destroy_process_group then leaves gloo's threads running, and one of them can abort
+        # the process at exit ("terminate called without an active exception"). Imported
+        # here, while no group exists, it binds None.
+        importlib.import_module("torch.distributed.nn")
+
         try:
             dist.init_process_group(
                 backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
@@ -105,10 +114,10 @@ def init(
 def shutdown(env: DistEnv, *, wait: bool = True) -> None:
     """Leave the process group (safe to call for a single-process env).
 
-    With ``wait`` the ranks meet at a barrier first: a rank that tears its gloo connections
-    down while a peer is still finishing (rank 0 writing the last files) can abort at exit
-    ("terminate called without an active exception"). After a failure pass ``wait=False``:
-    the peers may be gone, and the job is ending anyway.
+    With ``wait`` the ranks meet at a barrier first, so no rank leaves while a peer still
+    works (rank 0 writing the last files). After a failure pass ``wait=False``: the peers may
+    be gone, and the job is ending anyway. Once left, the group's gloo threads are gone (see
+    :func:`init` for what could keep them).
     """
     if env.active and dist.is_initialized():
         if wait:

@@ -107,6 +107,36 @@ def test_dead_rank_ends_the_job_with_a_clear_error(tmp_path):
     assert meta["step"] == 2 and set(groups["params"]) == {"w", "b"}
 
 
+LEAVE_SCRIPT = """
+import os, torch
+from funcgraph import distributed
+env = distributed.init("gloo", timeout_s=30)
+torch.func.grad(lambda p: p.square().sum())(torch.ones(3))  # imports torch._dynamo lazily
+distributed.all_reduce_mean({"g": torch.ones(3)}, env)
+distributed.shutdown(env)
+tasks = os.listdir("/proc/self/task")
+print(sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc")
+def test_leaving_the_group_after_a_torch_func_transform_stops_gloo_threads(tmp_path):
+    """A group left after torch.func's first transform must not outlive ``shutdown``.
+
+    torch.func imports torch.distributed.nn lazily, whose functions bind ``group.WORLD`` as
+    defaults; imported after joining, that pinned the group, its gloo threads outlived the
+    job, and a worker thread could abort the process at exit ("terminate called without an
+    active exception", a rank exiting -6 after finishing its work).
+    """
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE_SCRIPT)
+    codes, outs = _wait(_launch(2, script=script))
+    assert codes == [0, 0], outs
+    for rank, (stdout, _) in enumerate(outs):
+        threads = stdout.strip().splitlines()[-1]
+        assert "gloo" not in threads, f"rank {rank}, threads left after shutdown: {threads}"
+
+
 def test_single_process_env_is_a_no_op():
     env = distributed.init()
     assert env == distributed.DistEnv() and env.is_main and not env.active
