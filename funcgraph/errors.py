@@ -72,6 +72,12 @@ class DivergedError(FuncgraphError, RuntimeError):
     that was kept."""
 
 
+class KeyTypeError(FuncgraphError, TypeError):
+    """A ``key`` argument is not a funcgraph key (an ``int64`` tensor of shape ``(2,)``, made
+    by ``funcgraph.random.key(seed)``): an int, a float tensor, a wrong shape. The message
+    names the public function called and how to make a key."""
+
+
 __all__ = [
     "ArgumentTypeError",
     "CheckpointError",
@@ -83,6 +89,7 @@ __all__ = [
     "ExportError",
     "FuncgraphError",
     "KeyMissingError",
+    "KeyTypeError",
     "RunDirectoryError",
     "ShapeError",
     "TaskSpecError",
