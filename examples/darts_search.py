@@ -60,7 +60,7 @@ def main() -> None:
         g_arch = arch_gradient(loss, weights, arch, train, val, config=cfg, opt_state=w_state,
                                lr=lr)
         arch, a_state = a_opt.update(arch, g_arch, a_state)
-        value, g_w = torch.func.grad_and_value(loss)(weights, arch, train)
+        g_w, value = torch.func.grad_and_value(loss)(weights, arch, train)
         weights, w_state = w_opt.update(weights, g_w, w_state, lr=lr)
         if step % 10 == 0 or step == args.steps - 1:
             print(f"step {step:3d}  train loss {float(value):.3f}")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import ArgumentTypeError, ShapeError
 from ..params import Params, add_prefix, select
 
 
@@ -28,6 +29,32 @@ class Optimizer:
     update: Callable[..., tuple[Params, Params]]
     name: str
     hparams: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_grads(fn: str, params: Params, grads: object) -> Params:
+    """``grads`` if it is a dict of tensors with the names and shapes of ``params``.
+
+    The usual way a wrong value gets here is a swapped unpacking of
+    ``torch.func.grad_and_value`` (it returns ``(grads, value)``), which hands the optimiser a
+    scalar loss; without this check torch fails deep inside the update with an index error.
+    """
+    if not isinstance(grads, dict):
+        raise ArgumentTypeError(
+            f"{fn}: grads must be a dict of tensors with the names of params (as "
+            f"torch.func.grad returns it; grad_and_value returns (grads, value)), got "
+            f"{type(grads).__name__}")
+    missing = sorted(set(params) - set(grads))
+    if missing:
+        raise ArgumentTypeError(
+            f"{fn}: grads must hold a tensor for every name in params; missing {missing[:5]}")
+    for n, p in params.items():
+        g = grads[n]
+        if not isinstance(g, Tensor) or g.shape != p.shape:
+            got = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__
+            raise ShapeError(
+                f"{fn}: grads[{n!r}] must have the shape of params[{n!r}], "
+                f"{tuple(p.shape)}, got {got}")
+    return grads
 
 
 def _step(opt_state: Params, like: Tensor) -> Tensor:
@@ -47,6 +74,7 @@ def sgd(
     def update(
         params: Params, grads: Params, opt_state: Params, *, lr: float = lr
     ) -> tuple[Params, Params]:
+        _check_grads("sgd.update", params, grads)
         bufs = select(opt_state, "momentum_buffer")
         new_params: Params = {}
         new_bufs: Params = {}
@@ -80,6 +108,7 @@ def adam(
 ) -> Optimizer:
     """Adam (L2 weight decay, as ``torch.optim.Adam``) or AdamW (``decoupled=True``)."""
     b1, b2 = betas
+    name = "adamw" if decoupled else "adam"
 
     def init(params: Params) -> Params:
         def zeros() -> Params:
@@ -90,6 +119,7 @@ def adam(
     def update(
         params: Params, grads: Params, opt_state: Params, *, lr: float = lr
     ) -> tuple[Params, Params]:
+        _check_grads(f"{name}.update", params, grads)
         step = _step(opt_state, next(iter(params.values())))
         t = float(step)
         m_all, v_all = select(opt_state, "exp_avg"), select(opt_state, "exp_avg_sq")
@@ -111,7 +141,6 @@ def adam(
                      "step": step}
         return new_params, new_state
 
-    name = "adamw" if decoupled else "adam"
     return Optimizer(init, update, name, {"lr": lr, "betas": betas, "eps": eps,
                                            "weight_decay": weight_decay})
 
