@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .errors import ConfigError, KeyMissingError
+from .errors import ConfigError, KeyMissingError, KeyTypeError
 
 Key = Tensor
 """An ``int64`` tensor of shape ``(2,)`` (or ``(..., 2)`` for a batch of keys)."""
@@ -66,38 +66,60 @@ def _hash_counts(key: Key, n: int) -> Tensor:
     return torch.cat([y0, y1])[:n]
 
 
-def _check_key(fn: str, key: Key | None) -> Key:
+def _describe(value: object) -> str:
+    """What a non-key is, for an error message: ``int 3``, ``float32 tensor of shape (2,)``."""
+    if isinstance(value, Tensor):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_key(fn: str, key: Key | None, *, batch: bool = True) -> Key:
+    """``key`` if it is a funcgraph key, else a funcgraph error that names ``fn``.
+
+    Arguments:
+        fn: the public function the user called (``"random.split"``, ``"Model.init"``).
+        key: the value received.
+        batch: accept a batch of keys ``(..., 2)``; else exactly one key ``(2,)``.
+    Raises:
+        KeyMissingError: ``key`` is ``None``.
+        KeyTypeError: ``key`` is not an ``int64`` tensor of shape ``(2,)`` (or ``(..., 2)``).
+    """
     if key is None:
         raise KeyMissingError(
             f"{fn}: this call needs randomness; pass key=funcgraph.random.key(seed) "
             "(or a key from split/fold_in)"
         )
-    if not isinstance(key, Tensor) or key.dtype != torch.int64 or key.shape[-1:] != (2,):
-        got = f"{type(key).__name__} {tuple(key.shape)} {key.dtype}" if isinstance(
-            key, Tensor
-        ) else type(key).__name__
-        raise KeyMissingError(f"{fn}: expected a key (int64 tensor of shape (2,)), got {got}")
+    shape_ok = isinstance(key, Tensor) and (
+        key.shape[-1:] == (2,) if batch else tuple(key.shape) == (2,))
+    if not shape_ok or key.dtype != torch.int64:
+        form = "(2,) or a batch (..., 2)" if batch else "(2,)"
+        raise KeyTypeError(
+            f"{fn}: key must be a funcgraph key, an int64 tensor of shape {form}; got "
+            f"{_describe(key)}. Make one with funcgraph.random.key(0) (more with "
+            "funcgraph.random.split(key, n))"
+        )
     return key
 
 
 def key(seed: int, *, device: torch.device | str | None = None) -> Key:
     """A key from an integer seed (``0 <= seed < 2**64``): words ``(seed >> 32, seed & mask)``."""
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
-        raise ConfigError(f"key: seed must be an int in [0, 2**64), got {seed!r}")
+        raise ConfigError(f"random.key: seed must be an int in [0, 2**64), got {seed!r}")
     return torch.tensor([seed >> 32, seed & _MASK], dtype=torch.int64, device=device)
 
 
 def split(key: Key, n: int = 2) -> Tensor:
     """``n`` new independent keys, shape ``(n, 2)``; index or unpack them."""
-    key = _check_key("split", key)
+    key = check_key("random.split", key)
     if n < 1:  # not check_int: under torch.compile with dynamic shapes n may be a SymInt
-        raise ConfigError(f"split: n must be an int >= 1, got {n!r}")
+        raise ConfigError(f"random.split: n must be an int >= 1, got {n!r}")
     return _hash_counts(key, 2 * n).reshape(n, 2)
 
 
 def fold_in(key: Key, data: int | Tensor) -> Key:
     """A new key that mixes an integer (step number, rank, layer index) into ``key``."""
-    key = _check_key("fold_in", key)
+    key = check_key("random.fold_in", key)
     d = torch.as_tensor(data, dtype=torch.int64, device=key.device)
     hi = (d >> 32) & _MASK
     lo = d & _MASK
@@ -107,7 +129,7 @@ def fold_in(key: Key, data: int | Tensor) -> Key:
 
 def bits(key: Key, shape: Sequence[int]) -> Tensor:
     """Uniform random 32-bit words as int64 in ``[0, 2**32)``, of the given shape."""
-    key = _check_key("bits", key)
+    key = check_key("random.bits", key)
     shape = tuple(int(s) for s in shape)
     n = math.prod(shape)
     return _hash_counts(key, n).reshape(shape)
@@ -117,12 +139,16 @@ def uniform(
     key: Key,
     shape: Sequence[int] = (),
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     low: float = 0.0,
     high: float = 1.0,
 ) -> Tensor:
-    """Uniform floats in ``[low, high)``; 24 random bits for float32/16, 53 for float64."""
-    key = _check_key("uniform", key)
+    """Uniform floats in ``[low, high)``; 24 random bits for float32/16, 53 for float64.
+
+    ``dtype`` defaults to ``torch.get_default_dtype()``, as ``torch.rand``.
+    """
+    key = check_key("random.uniform", key)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     shape = tuple(int(s) for s in shape)
     if dtype == torch.float64:
         words = bits(key, (2, *shape))
@@ -134,10 +160,14 @@ def uniform(
 
 
 def normal(
-    key: Key, shape: Sequence[int] = (), *, dtype: torch.dtype = torch.float32
+    key: Key, shape: Sequence[int] = (), *, dtype: torch.dtype | None = None
 ) -> Tensor:
-    """Standard normal samples by inverse CDF: ``sqrt(2) * erfinv(u)``, ``u`` uniform in (-1, 1)."""
-    key = _check_key("normal", key)
+    """Standard normal samples by inverse CDF: ``sqrt(2) * erfinv(u)``, ``u`` uniform in (-1, 1).
+
+    ``dtype`` defaults to ``torch.get_default_dtype()``, as ``torch.randn``.
+    """
+    key = check_key("random.normal", key)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
     work = torch.float64 if dtype == torch.float64 else torch.float32
     tiny = 2.0**-53 if work == torch.float64 else 2.0**-24
     u = uniform(key, shape, dtype=work, low=-1.0 + tiny, high=1.0)
@@ -146,30 +176,30 @@ def normal(
 
 def bernoulli(key: Key, p: float | Tensor, shape: Sequence[int] = ()) -> Tensor:
     """Booleans that are True with probability ``p`` (``p`` broadcasts against ``shape``)."""
-    key = _check_key("bernoulli", key)
+    key = check_key("random.bernoulli", key)
     wide = isinstance(p, Tensor) and p.dtype == torch.float64
     return uniform(key, shape, dtype=torch.float64 if wide else torch.float32) < p
 
 
 def randint(key: Key, shape: Sequence[int], low: int, high: int) -> Tensor:
     """Integers uniform in ``[low, high)`` as int64 (bias below 2**-20 for ranges < 2**32)."""
-    key = _check_key("randint", key)
+    key = check_key("random.randint", key)
     if high <= low:
-        raise ConfigError(f"randint: need low < high, got low={low!r}, high={high!r}")
+        raise ConfigError(f"random.randint: need low < high, got low={low!r}, high={high!r}")
     u = uniform(key, shape, dtype=torch.float64)
     return (u * (high - low)).floor().to(torch.int64) + low
 
 
 def permutation(key: Key, n: int) -> Tensor:
     """A uniformly random permutation of ``range(n)`` (argsort of 53-bit uniform keys)."""
-    key = _check_key("permutation", key)
+    key = check_key("random.permutation", key)
     return torch.argsort(uniform(key, (n,), dtype=torch.float64))
 
 
 def choice(key: Key, n: int, k: int) -> Tensor:
     """``k`` distinct indices from ``range(n)``, uniformly, without replacement."""
     if not 0 <= k <= n:
-        raise ConfigError(f"choice: need 0 <= k <= n, got k={k!r}, n={n!r}")
+        raise ConfigError(f"random.choice: need 0 <= k <= n, got k={k!r}, n={n!r}")
     return permutation(key, n)[:k]
 
 
@@ -177,6 +207,7 @@ __all__ = [
     "Key",
     "bernoulli",
     "bits",
+    "check_key",
     "choice",
     "fold_in",
     "key",

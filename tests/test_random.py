@@ -7,8 +7,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from funcgraph import random
-from funcgraph.errors import KeyMissingError
+from funcgraph import nn, random
+from funcgraph.errors import FuncgraphError, KeyMissingError, KeyTypeError
 
 # Known-answer vectors of Threefry-2x32-20 from the Random123 distribution (kat_vectors).
 KAT = [
@@ -122,13 +122,47 @@ def test_vmap_split_and_bernoulli():
     assert torch.equal(batched, looped), "vmapped bernoulli != a loop over the keys"
 
 
-def test_missing_or_malformed_key_is_a_clear_error():
-    with pytest.raises(KeyMissingError, match="uniform: this call needs randomness"):
+def test_missing_key_is_a_clear_error():
+    with pytest.raises(KeyMissingError, match=r"^random\.uniform: this call needs randomness"):
         random.uniform(None, (2,))
-    with pytest.raises(KeyMissingError, match=r"expected a key .* got Tensor \(3,\)"):
-        random.normal(torch.zeros(3, dtype=torch.int64), (2,))
-    with pytest.raises(ValueError, match="seed must be an int"):
+    with pytest.raises(ValueError, match=r"^random\.key: seed must be an int"):
         random.key(-1)
+
+
+WRONG_KEYS = {
+    "int": (3, "int 3"),
+    "float tensor": (torch.zeros(2), "torch.float32 tensor of shape (2,)"),
+    "wrong shape": (torch.zeros(3, dtype=torch.int64), "torch.int64 tensor of shape (3,)"),
+    "list": ([0, 1], "list [0, 1]"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(WRONG_KEYS))
+@pytest.mark.parametrize("fn", ["split", "fold_in", "uniform", "normal", "permutation"])
+def test_wrong_key_is_a_key_type_error_naming_the_function(what, fn):
+    wrong, described = WRONG_KEYS[what]
+    call = {"split": lambda k: random.split(k, 2), "fold_in": lambda k: random.fold_in(k, 1),
+            "uniform": lambda k: random.uniform(k, (2,)),
+            "normal": lambda k: random.normal(k, (2,)),
+            "permutation": lambda k: random.permutation(k, 3)}[fn]
+    with pytest.raises(KeyTypeError) as info:
+        call(wrong)
+    message = str(info.value)
+    assert message.startswith(f"random.{fn}: key must be a funcgraph key, an int64 tensor"), (
+        message)
+    assert f"got {described}" in message, message
+    assert "funcgraph.random.key(0)" in message, "the message must say how to make a key"
+    assert isinstance(info.value, FuncgraphError) and isinstance(info.value, TypeError)
+
+
+def test_model_init_names_itself_for_a_wrong_key():
+    with pytest.raises(KeyTypeError, match=r"^Model\.init of 'linear': key must be .* got int 0"):
+        nn.linear(2, 3).init(0)
+    with pytest.raises(KeyTypeError, match=r"of shape \(2,\); got torch\.int64 tensor of shape "
+                                           r"\(4, 2\)"):
+        nn.linear(2, 3).init(random.split(random.key(0), 4))
+    with pytest.raises(KeyMissingError, match=r"^Model\.init of 'serial': this call needs"):
+        nn.serial(nn.linear(2, 3)).init(None)
 
 
 def test_global_generator_untouched():

@@ -71,7 +71,7 @@ def conv4(
     variant: str = "strided",
     eps: float = 1e-5,
     running_stats: bool = False,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """The four-block few-shot CNN.
 

@@ -17,7 +17,7 @@ def mlp(
     out_features: int = 1,
     *,
     hidden: Sequence[int] = (40, 40),
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """``linear -> ReLU -> ... -> linear``, params ``layers.{i}.weight/bias``.
 

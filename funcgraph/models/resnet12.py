@@ -53,7 +53,7 @@ def _widths(fn: str, widths: object) -> tuple[int, ...]:
     return tuple(check_int(fn, f"widths[{i}]", w) for i, w in enumerate(values))
 
 
-def _block(channels_in: int, channels: int, eps: float, dtype: torch.dtype) -> Model:
+def _block(channels_in: int, channels: int, eps: float, dtype: torch.dtype | None) -> Model:
     """One residual block's layers (its forward is in :func:`resnet12`)."""
 
     def conv(c_in: int, kernel: int) -> Model:
@@ -83,7 +83,7 @@ def resnet12(
     drop_block: float = 0.0,
     block_size: int = 5,
     eps: float = 1e-5,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """ResNet-12 (see the module docstring).
 

@@ -85,7 +85,7 @@ def conv_batch_norm(
     momentum: float = 0.1,
     affine: bool = True,
     track_running_stats: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """``conv2d`` then ``batch_norm`` over its channels, fused where that is cheaper.
 

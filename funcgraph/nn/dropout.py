@@ -61,7 +61,7 @@ def embedding(
     embedding_dim: int,
     *,
     padding_idx: int | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """A lookup table ``weight (num_embeddings, embedding_dim)``, as ``nn.Embedding``
     (initialised N(0, 1); the ``padding_idx`` row is zero and gets no gradient)."""

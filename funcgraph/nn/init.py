@@ -1,7 +1,8 @@
 """Initialisers drawn purely from a key: ``init(key, shape, dtype) -> Tensor``.
 
 The defaults reproduce ``torch.nn``'s default initialisation in distribution (not in bits:
-funcgraph never uses torch's global generator).
+funcgraph never uses torch's global generator). A ``dtype`` of ``None`` is
+``torch.get_default_dtype()`` when the init runs, as torch's layers use it.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ def fan_in_and_out(shape: Sequence[int]) -> tuple[int, int]:
     return shape[1] * receptive, shape[0] * receptive
 
 
-def uniform(key: Key, shape: Sequence[int], low: float, high: float, dtype: torch.dtype) -> Tensor:
+def uniform(
+    key: Key, shape: Sequence[int], low: float, high: float, dtype: torch.dtype | None
+) -> Tensor:
     """Uniform in ``[low, high)``."""
     return random.uniform(key, shape, dtype=dtype, low=low, high=high)
 
 
-def fan_in_uniform(key: Key, shape: Sequence[int], fan_in: int, dtype: torch.dtype) -> Tensor:
+def fan_in_uniform(
+    key: Key, shape: Sequence[int], fan_in: int, dtype: torch.dtype | None
+) -> Tensor:
     """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: torch's default for Linear/Conv weights and biases.
 
     (``kaiming_uniform_(a=sqrt(5))`` reduces to exactly this bound.)

@@ -19,7 +19,7 @@ from .init import fan_in_uniform
 
 
 def linear(
-    in_features: int, out_features: int, *, bias: bool = True, dtype: torch.dtype = torch.float32
+    in_features: int, out_features: int, *, bias: bool = True, dtype: torch.dtype | None = None
 ) -> Model:
     """``y = x @ weight.T + bias``; params ``weight (out, in)``, ``bias (out,)``."""
     check_sizes("linear", in_features=in_features, out_features=out_features)
@@ -69,7 +69,7 @@ def _conv(
     dilation: int | tuple[int, ...] = 1,
     groups: int = 1,
     bias: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     fn_name = f"conv{dims}d"
     check_sizes(fn_name, in_channels=in_channels, out_channels=out_channels, groups=groups)

@@ -45,7 +45,7 @@ def batch_norm(
     momentum: float = 0.1,
     affine: bool = True,
     track_running_stats: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """Batch norm over the channel dim 1 of ``(B, C)``, ``(B, C, L)`` or ``(B, C, H, W)``.
 
@@ -122,7 +122,7 @@ def layer_norm(
     *,
     eps: float = 1e-5,
     elementwise_affine: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """Layer norm over the trailing ``normalized_shape`` dims, as ``nn.LayerNorm``."""
     shape = check_ints("layer_norm", "normalized_shape", normalized_shape)
@@ -147,7 +147,7 @@ def group_norm(
     *,
     eps: float = 1e-5,
     affine: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """Group norm over channel groups of ``(B, C, ...)``, as ``nn.GroupNorm``."""
     check_sizes("group_norm", num_groups=num_groups, num_channels=num_channels)

@@ -70,7 +70,7 @@ def _recurrent(
     num_layers: int,
     bias: bool,
     batch_first: bool,
-    dtype: torch.dtype,
+    dtype: torch.dtype | None,
 ) -> Model:
     """The Model both :func:`lstm` and :func:`gru` are: ``gates`` blocks of ``hidden_size``
     rows per weight, ``cell`` for one step, a carry of ``(h, c)`` (LSTM) or ``(h,)`` (GRU)."""
@@ -156,13 +156,14 @@ def lstm(
     num_layers: int = 1,
     bias: bool = True,
     batch_first: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """A stacked LSTM over padded sequences, with params named and laid out as ``nn.LSTM``.
 
     Arguments:
         input_size, hidden_size, num_layers, bias, batch_first: as ``nn.LSTM``.
-        dtype: dtype of the params, initialised ``U(-1/sqrt(H), 1/sqrt(H))`` from the key.
+        dtype: dtype of the params (default ``torch.get_default_dtype()``), initialised
+            ``U(-1/sqrt(H), 1/sqrt(H))`` from the key.
     Apply:
         ``x = (inputs, lengths)``: ``inputs (B, T, F)`` (``(T, B, F)`` when
         ``batch_first=False``) padded, ``lengths (B,)`` integer valid steps per sequence,
@@ -189,7 +190,7 @@ def gru(
     num_layers: int = 1,
     bias: bool = True,
     batch_first: bool = True,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> Model:
     """A stacked GRU over padded sequences, with params named and laid out as ``nn.GRU``.
 
