@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from .. import distributed, random
+from ..data.registry import check_data_root
 from ..errors import CheckpointError, ConfigError
 from ..meta import (
     EvalResult,
@@ -53,7 +54,7 @@ from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memo
 from .options import check_count, check_rate
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
-from .task_sources import ON_DISK, TaskSources, task_sources
+from .task_sources import TaskSources, task_sources
 
 ALGOS = ("maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml", "reptile", "protonet")
 META_OPTIMIZERS = ("adam", "sgd")
@@ -165,9 +166,7 @@ class MetaTrainConfig:
             if self.inner_minibatches:
                 raise ConfigError("--inner-minibatches takes one example of every class per "
                                   "step; sinusoid tasks are regression and have no classes")
-        if self.data_root is not None and self.dataset not in ON_DISK:
-            raise ConfigError(f"--data-root is read by --dataset {', '.join(ON_DISK)}; "
-                              f"{self.dataset} is generated")
+        check_data_root(self.dataset, self.data_root)
         if self.image_size is not None:
             check_count("image_size", self.image_size, 8)
             if self.dataset == "sinusoid":

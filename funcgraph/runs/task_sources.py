@@ -2,25 +2,24 @@
 
 A :class:`TaskSources` holds one :data:`~funcgraph.meta.TaskSampler` per split:
 ``train`` (meta-training), ``val`` (periodic validation, for the best checkpoint) and
-``test`` (the final held-out score). Classification datasets split by class (glyphs:
+``test`` (the final held-out score). The dataset comes from the dataset registry
+(:mod:`funcgraph.data.registry`): classification datasets split by class (glyphs:
 background / validation / evaluation alphabets), so the three never share a class;
-sinusoid tasks are drawn from independent key streams.
+regression tasks (sinusoid) are drawn from independent key streams.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import random
-from ..errors import ConfigError, DataError, TaskSpecError
+from ..errors import TaskSpecError
 from ..meta import Task, TaskSampler
 from ..random import Key
-
-DATASETS = ("glyphs", "omniglot", "rgb-shapes", "folder", "mini-imagenet", "cub", "sinusoid")
 
 
 @dataclass(frozen=True)
@@ -58,21 +57,6 @@ def _classification(
                        eval_spec.ways, channels, size)
 
 
-ON_DISK = {
-    "omniglot": "load_omniglot", "folder": "load_folder", "mini-imagenet": "load_mini_imagenet",
-    "cub": "load_cub",
-}
-"""Datasets read from ``--data-root`` (see docs/data.md for each layout) and their loaders."""
-
-IMAGE_SIZE = {"glyphs": 28, "omniglot": 28, "rgb-shapes": 84, "folder": 84,
-              "mini-imagenet": 84, "cub": 84}
-"""The default ``--image-size`` per image dataset: 28 for the one-channel Omniglot family,
-84 for the RGB benchmarks (32 is CIFAR-FS's and FC100's, given with ``--image-size 32``)."""
-
-_SPLITS = {"train": "background", "val": "validation", "test": "evaluation"}
-"""Omniglot-style split names behind the run's train / val / test."""
-
-
 def task_sources(
     dataset: str,
     *,
@@ -82,62 +66,55 @@ def task_sources(
     rotate: bool = False,
     image_size: int | None = None,
 ) -> TaskSources:
-    """The samplers for ``dataset`` (one of :data:`DATASETS`).
+    """The samplers for ``dataset``, a name in the dataset registry
+    (:func:`funcgraph.data.registry.dataset_names`).
 
     Arguments:
         spec: the task spec (``"5way1shot"``, ``"5way1shot15query"``) for validation and test.
-            For sinusoid, ``shots`` is K (points to adapt on) and ``queries`` the points scored.
+            For regression, ``shots`` is K (points to adapt on) and ``queries`` the points
+            scored.
         train_queries: query examples per class in meta-training (default: the spec's).
-        data_root: the folder of an on-disk dataset (:data:`ON_DISK`).
+        data_root: the folder of a dataset that reads one (``reads_data_root``).
         rotate: augment the training classes with 90/180/270-degree rotations (MAML protocol).
-        image_size: images are resized to ``image_size`` squared (default: :data:`IMAGE_SIZE`).
+        image_size: images are resized to ``image_size`` squared (default: the dataset's).
     """
-    if dataset == "sinusoid":
-        return _sinusoid(spec)
-    if dataset not in IMAGE_SIZE:
-        raise ConfigError(f"--dataset must be one of {DATASETS}, got {dataset!r}")
-    from .. import data
+    from ..data.registry import RUN_SPLITS, dataset_type
+
+    entry = dataset_type(dataset)
+    if entry.kind == "regression":
+        return _regression(entry.name, entry.sampler(), spec)
     from ..data.tasks import TaskSpec
 
     TaskSpec.parse(spec)  # a bad spec fails before any data is loaded
-    size = IMAGE_SIZE[dataset] if image_size is None else image_size
-    if dataset == "glyphs":
-        loaded = {k: data.load_glyphs(s, image_size=size) for k, s in _SPLITS.items()}
-    elif dataset == "rgb-shapes":
-        loaded = {k: data.load_rgb_shapes(k, image_size=size) for k in _SPLITS}
-    else:
-        if data_root is None:
-            raise DataError(f"--dataset {dataset} needs --data-root DIR (layouts: docs/data.md)")
-        load = getattr(data, ON_DISK[dataset])
-        names = _SPLITS if dataset == "omniglot" else {k: k for k in _SPLITS}
-        loaded = {k: load(Path(data_root), s, image_size=size) for k, s in names.items()}
+    loaded = {split: entry.load_split(split, image_size=image_size, root=data_root)
+              for split in RUN_SPLITS}
     return _classification(loaded, spec, train_queries, rotate)
 
 
-def _sinusoid(spec: str) -> TaskSources:
-    from ..data import sinusoid_tasks
-
-    shots, queries = sinusoid_spec(spec)
+def _regression(dataset: str, sample_tasks: Callable[..., Any], spec: str) -> TaskSources:
+    """Independent task streams per split: the key folded with 0, 1, 2."""
+    shots, queries = regression_spec(spec, dataset)
 
     def stream(tag: int) -> TaskSampler:
         def sample(key: Key, n: int) -> Task:
-            return Task.of(sinusoid_tasks(random.fold_in(key, tag), n, shots, queries))
+            return Task.of(sample_tasks(random.fold_in(key, tag), n, shots, queries))
         return sample
 
     return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
 
 
-_SINUSOID_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
+_REGRESSION_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
 
 
-def sinusoid_spec(text: str) -> tuple[int, int]:
-    """``"10shot"`` (or ``"10shot20query"``; a ``"<N>way"`` prefix is ignored) -> ``(K, Q)``;
-    the query count defaults to K, as in the MAML paper."""
-    m = _SINUSOID_SPEC.fullmatch(text.strip().lower())
+def regression_spec(text: str, dataset: str = "sinusoid") -> tuple[int, int]:
+    """A regression task spec (sinusoid's, or ``dataset``'s): ``"10shot"`` (or
+    ``"10shot20query"``; a ``"<N>way"`` prefix is ignored) -> ``(K, Q)``; the query count
+    defaults to K, as in the MAML paper."""
+    m = _REGRESSION_SPEC.fullmatch(text.strip().lower())
     if m is None or int(m[1]) < 1 or (m[2] is not None and int(m[2]) < 1):
-        raise TaskSpecError(f"sinusoid task spec {text!r} is not of the form '<K>shot' or "
+        raise TaskSpecError(f"{dataset} task spec {text!r} is not of the form '<K>shot' or "
                             "'<K>shot<Q>query' with K, Q >= 1, e.g. '10shot'")
     return int(m[1]), int(m[2] or m[1])
 
 
-__all__ = ["DATASETS", "TaskSources", "sinusoid_spec", "task_sources"]
+__all__ = ["TaskSources", "regression_spec", "task_sources"]
