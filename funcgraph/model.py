@@ -13,15 +13,21 @@ the arguments, so ``torch.func.grad``/``vmap``/``functional_call`` compose freel
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
+from .control import in_transform, is_batched
+from .errors import ArgumentTypeError, ConfigError, ShapeError
 from .params import Params, State
-from .random import Key
+from .random import Key, check_key
 
 
 class InitFn(Protocol):
@@ -34,12 +40,33 @@ class ApplyFn(Protocol):
     ) -> tuple[Any, State]: ...
 
 
+class _KeyCheckedInit:
+    """A Model's ``init`` that checks its key first, so a wrong key is a
+    :class:`~funcgraph.errors.KeyTypeError` naming ``Model.init`` (what the user called), not
+    a random function deep inside. Compares and hashes as the function it wraps."""
+
+    __slots__ = ("fn", "model_name")
+
+    def __init__(self, fn: InitFn, model_name: str) -> None:
+        self.fn = fn
+        self.model_name = model_name
+
+    def __call__(self, key: Key) -> tuple[Params, State]:
+        return self.fn(check_key(f"Model.init of {self.model_name!r}", key, batch=False))
+
+    def __eq__(self, other: object) -> bool:
+        return self.fn == (other.fn if isinstance(other, _KeyCheckedInit) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.fn)
+
+
 @dataclass(frozen=True)
 class Model:
     """A model as two pure functions; see the module docstring for the contract.
 
     Attributes:
-        init: ``key -> (params, state)``.
+        init: ``key -> (params, state)``; the key (one ``(2,)`` key) is checked first.
         apply: ``(params, state, x, *, key=None, train=False) -> (y, state)``.
         name: a short human-readable name (used in graphs and error messages).
         meta: free-form hyperparameters for inspection (never read by ``apply``).
@@ -49,6 +76,10 @@ class Model:
     apply: ApplyFn
     name: str = "model"
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.init, _KeyCheckedInit):
+            object.__setattr__(self, "init", _KeyCheckedInit(self.init, self.name))
 
     def __call__(
         self, params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
@@ -107,35 +138,195 @@ def stateless(
     return Model(init_, apply, name, dict(meta))
 
 
-def from_module(module: nn.Module, name: str | None = None) -> Model:
-    """A pure Model running ``module`` through ``torch.func.functional_call``.
+_BATCH_NORM = nn.modules.batchnorm._BatchNorm
+"""``BatchNorm1d/2d/3d``, their lazy forms and ``SyncBatchNorm``: the modules whose
+``F.batch_norm`` calls :func:`from_module` makes transform-safe."""
 
-    ``init`` returns copies of the module's parameters (tied weights appear once, under their
-    first name, and stay tied) and buffers (the state). ``apply`` never mutates the module's
-    tensors or the passed state: buffers are cloned before the call, the module's in-place
-    running-statistics updates land on the clones, and the clones are returned as new state.
-    The module's ``train()``/``eval()`` mode is set for the call and restored afterwards.
-    The ``key`` is ignored: modules draw from torch's global generator (e.g. ``nn.Dropout``).
+
+class _TransformSafeBatchNorm(TorchFunctionMode):
+    """Runs the ``F.batch_norm`` calls of one module call exactly under ``torch.func``.
+
+    The module's own ``forward`` still decides everything (training or running statistics,
+    the momentum, ``num_batches_tracked``); only the kernel changes. Outside transforms the
+    native kernel runs, updating the cloned state in place. Inside them, batch statistics
+    are computed with ``mean``/``var``: torch's native kernel gives wrong second-order
+    gradients under ``vmap`` (see ``funcgraph.nn.norm``) and refuses running statistics that
+    are not batched like the input. The new running statistics are then returned out of
+    place in :attr:`updates`, under their state names, so under ``vmap`` they are per member.
     """
 
-    def init(key: Key) -> tuple[Params, State]:
-        params = {n: p.detach().clone() for n, p in module.named_parameters()}
-        state = {n: b.detach().clone() for n, b in module.named_buffers()}
+    def __init__(self, names: dict[int, str]) -> None:
+        super().__init__()
+        self.names = names
+        self.updates: State = {}
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        if func is F.batch_norm:
+            return self.batch_norm(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+    def batch_norm(
+        self, x: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+        weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+        momentum: float = 0.1, eps: float = 1e-5,
+    ) -> Tensor:
+        if training and x.numel() // x.shape[1] < 2:
+            raise ShapeError(f"from_module: batch norm in training needs more than one value "
+                             f"per channel, got input {tuple(x.shape)}; use a larger batch "
+                             "or train=False")
+        if not training or not in_transform():
+            return F.batch_norm(x, running_mean, running_var, weight, bias, training, momentum,
+                                eps)
+        dims = [0, *range(2, x.dim())]
+        shape = [1, x.shape[1]] + [1] * (x.dim() - 2)  # broadcast per channel
+        mean = x.mean(dim=dims)
+        centred = x - mean.reshape(shape)
+        var = centred.square().mean(dim=dims)
+        y = centred * torch.rsqrt(var.reshape(shape) + eps)
+        if weight is not None:
+            y = y * weight.reshape(shape)
+        if bias is not None:
+            y = y + bias.reshape(shape)
+        count = x.numel() // x.shape[1]
+        for stat, value in ((running_mean, mean), (running_var, var * count / (count - 1))):
+            name = None if stat is None else self.names.get(id(stat))
+            if stat is not None and name is not None:  # a later call of a shared norm
+                previous = self.updates.get(name, stat)  # continues from the earlier one
+                self.updates[name] = (1 - momentum) * previous + momentum * value.detach()
+        return y
+
+
+def _seed(key: Key) -> int:
+    """The 64-bit seed of torch's generator for ``key``: its two words, so distinct keys give
+    distinct seeds and ``key(s)`` gives seed ``s``."""
+    if is_batched(key):
+        raise ConfigError(
+            "Model.init of a from_module model: cannot run under vmap over keys (it calls the "
+            "module's reset_parameters, which draw from torch's generator); init each key in "
+            "a Python loop and stack the params with funcgraph.params.stack")
+    return (int(key[0]) << 32) | int(key[1])
+
+
+def _reset_order(module: nn.Module) -> list[nn.Module]:
+    """Every submodule once, children before their parent (the order constructors run in, so
+    a parent's reset that overrides its children's, as ``nn.MultiheadAttention``'s, wins)."""
+    order: list[nn.Module] = []
+    seen: set[int] = set()
+
+    def visit(m: nn.Module) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for child in m.children():
+            visit(child)
+        order.append(m)
+
+    visit(module)
+    return order
+
+
+def _reset(module: nn.Module, seed: int) -> nn.Module:
+    """A CPU copy of ``module`` with every ``reset_parameters()`` run from ``seed``.
+
+    torch's own modules whose reset is private (``nn.MultiheadAttention``, ``nn.Transformer``)
+    run ``_reset_parameters()``. The copy lives on the CPU, so a key gives the same values on
+    every device; torch's CPU generator is seeded inside ``fork_rng``, which restores it.
+    """
+    fresh = copy.deepcopy(module).cpu()
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.random.default_generator.manual_seed(seed)
+        for m in _reset_order(fresh):
+            reset = getattr(m, "reset_parameters", None)
+            if reset is None and type(m).__module__.startswith("torch.nn."):
+                reset = getattr(m, "_reset_parameters", None)
+            if callable(reset):
+                reset()
+    return fresh
+
+
+INIT_MODES = ("reset", "copy")
+"""How a :func:`from_module` model initialises: from the key, or the module's values."""
+
+
+def from_module(module: nn.Module, name: str | None = None, *, init: str = "reset") -> Model:
+    """A pure Model running ``module`` through ``torch.func.functional_call``.
+
+    Arguments:
+        module: any ``torch.nn.Module`` whose forward takes one input.
+        name: the Model's name (default: the module's class name).
+        init: ``"reset"`` (default): ``model.init(key)`` gives the params the module's own
+            ``reset_parameters()`` would, drawn from the key: the same key gives the same
+            params, different keys different ones, and ``init(funcgraph.random.key(s))``
+            equals the module built after ``torch.manual_seed(s)`` (for modules whose
+            constructor only resets its layers). ``"copy"``: the module's current values
+            for every key (pretrained weights).
+
+    **Init.** Submodules are reset children first, on a CPU copy, with torch's generator
+    seeded from the key inside ``torch.random.fork_rng`` (the global generator is left as it
+    was). Parameters that no ``reset_parameters`` covers (a raw ``nn.Parameter`` on your own
+    module) keep the module's current values, the same for every key: give that module a
+    ``reset_parameters`` to have them drawn. Tied weights appear once, under their first
+    name, and stay tied. Buffers (running statistics) become the state.
+
+    **Apply.** Never mutates the module's tensors or the passed state: buffers are cloned
+    before the call and the clones, updated, are returned as new state. The module's
+    ``train()``/``eval()`` mode is set for the call and restored afterwards; calls from other
+    threads (the ``"threads"`` meta-learning strategy) run on their own copy of the module.
+    The ``key`` is ignored: modules draw from torch's global generator (e.g. ``nn.Dropout``).
+
+    **Batch norm.** ``BatchNorm1d/2d/3d`` (running statistics included) work under every
+    ``torch.func`` transform, so the module meta-trains with ``vmap`` over tasks: inside a
+    transform, training-mode batch norm runs as funcgraph's mean/var form, whose second-order
+    gradients are exact (torch's native kernel's are not under ``vmap``), and the running
+    statistics come back as new state (per task under ``vmap``). Outside transforms the
+    native kernel runs. Evaluation with running statistics is the native kernel everywhere.
+    """
+    if not isinstance(module, nn.Module):
+        raise ArgumentTypeError(
+            f"from_module: module must be a torch.nn.Module, got {type(module).__name__}")
+    if init not in INIT_MODES:
+        raise ConfigError(f"from_module: init must be one of {INIT_MODES}, got {init!r}")
+    has_batch_norm = any(isinstance(m, _BATCH_NORM) for m in module.modules())
+    owner = threading.get_ident()
+    copies = threading.local()
+
+    def this_threads_module() -> nn.Module:
+        if threading.get_ident() == owner:
+            return module
+        if not hasattr(copies, "module"):
+            copies.module = copy.deepcopy(module)
+        return cast(nn.Module, copies.module)
+
+    def init_(key: Key) -> tuple[Params, State]:
+        source = module
+        if init == "reset":
+            source = _reset(module, _seed(key))
+        devices = {n: t.device for n, t in (*module.named_parameters(),
+                                            *module.named_buffers())}
+        params = {n: p.detach().clone().to(devices[n]) for n, p in source.named_parameters()}
+        state = {n: b.detach().clone().to(devices[n]) for n, b in source.named_buffers()}
         return params, state
 
     def apply(
         params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
     ) -> tuple[Any, State]:
         new_state = {n: t.clone() for n, t in state.items()}
-        was_training = module.training
-        module.train(train)
+        m = this_threads_module()
+        was_training = m.training
+        m.train(train)
         try:
-            y = torch.func.functional_call(module, (params, new_state), (x,), tie_weights=True)
+            if not has_batch_norm or torch.compiler.is_compiling():
+                y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
+                return y, new_state
+            norms = _TransformSafeBatchNorm({id(t): n for n, t in new_state.items()})
+            with norms:
+                y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
+            return y, {**new_state, **norms.updates}
         finally:
-            module.train(was_training)
-        return y, new_state
+            m.train(was_training)
 
-    return Model(init, apply, name or type(module).__name__, {"module": type(module).__name__})
-
+    return Model(init_, apply, name or type(module).__name__, {"module": type(module).__name__})
 
 __all__ = ["ApplyFn", "BoundApply", "InitFn", "Model", "bind", "from_module", "stateless"]

@@ -75,7 +75,7 @@ def test_from_module_equals_module(name: str, train: bool) -> None:
 def test_batch_norm_buffers_become_returned_state() -> None:
     torch.manual_seed(0)
     module = _conv_bn().double()
-    model = fg.from_module(module)
+    model = fg.from_module(module, init="copy")
     params, state = model.init(fg.random.key(0))
     assert set(state) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
     passed = {n: t.clone() for n, t in state.items()}
@@ -95,7 +95,7 @@ def test_batch_norm_buffers_become_returned_state() -> None:
 def test_tied_weights_appear_once_and_stay_tied() -> None:
     torch.manual_seed(0)
     module = _TiedLM(7, 4).double()
-    model = fg.from_module(module)
+    model = fg.from_module(module, init="copy")
     params, state = model.init(fg.random.key(0))
     assert "head.weight" not in params and "embed.weight" in params
     tokens = torch.randint(0, 7, (2, 3))
@@ -143,3 +143,114 @@ def test_from_module_under_grad_and_vmap_equals_loop(train: bool) -> None:
             torch.testing.assert_close(grads[n][i], want[n], rtol=1e-10, atol=1e-12, msg=n)
         for n in state:
             torch.testing.assert_close(new_states[n][i], want_state[n], rtol=0, atol=1e-12, msg=n)
+
+
+# --- Own modules with batch norm meta-train under every strategy --------------------------
+
+class _OwnNet(nn.Module):
+    """A user's module: conv (or linear) -> BatchNorm with running statistics -> ReLU -> head."""
+
+    def __init__(self, dims: int) -> None:
+        super().__init__()
+        if dims == 1:
+            self.body: nn.Module = nn.Linear(6, 3)
+            self.norm: nn.Module = nn.BatchNorm1d(3)
+        elif dims == 2:
+            self.body, self.norm = nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3)
+        else:
+            self.body, self.norm = nn.Conv3d(1, 3, 2), nn.BatchNorm3d(3)
+        self.head = nn.Linear(3, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.relu(self.norm(self.body(x)))
+        return self.head(h.flatten(2).mean(-1) if h.dim() > 2 else h)
+
+
+INPUTS = {1: (6,), 2: (1, 5, 5), 3: (1, 3, 3, 3)}
+INNER_LR, INNER_STEPS, NUM_TASKS, SHOTS = 0.4, 2, 3, 8
+
+
+def _tasks(dims: int) -> fg.meta.Task:
+    k = fg.random.split(fg.random.key(7), 4)
+    shape = (NUM_TASKS, SHOTS, *INPUTS[dims])
+    return fg.meta.Task(fg.random.normal(k[0], shape, dtype=torch.float64),
+                        fg.random.randint(k[1], (NUM_TASKS, SHOTS), 0, 4),
+                        fg.random.normal(k[2], shape, dtype=torch.float64),
+                        fg.random.randint(k[3], (NUM_TASKS, SHOTS), 0, 4))
+
+
+def _autograd_reference(module: nn.Module, params: Params, tasks: fg.meta.Task) -> Params:
+    """Hand-written second-order MAML on the module itself: plain autograd with
+    ``create_graph=True`` through the inner steps, torch's native batch norm, a loop."""
+    net = copy.deepcopy(module).train()
+    leaves = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
+    total = torch.zeros((), dtype=torch.float64)
+    for t in range(NUM_TASKS):
+        fast = dict(leaves)
+        for _ in range(INNER_STEPS):
+            logits = torch.func.functional_call(net, fast, (tasks.support_x[t],))
+            loss = torch.nn.functional.cross_entropy(logits, tasks.support_y[t])
+            grads = torch.autograd.grad(loss, list(fast.values()), create_graph=True)
+            fast = {n: p - INNER_LR * g for (n, p), g in zip(fast.items(), grads, strict=True)}
+        logits = torch.func.functional_call(net, fast, (tasks.query_x[t],))
+        total = total + torch.nn.functional.cross_entropy(logits, tasks.query_y[t])
+    grads = torch.autograd.grad(total / NUM_TASKS, list(leaves.values()))
+    return dict(zip(leaves, grads, strict=True))
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_own_module_with_batch_norm_meta_gradients_equal_autograd(dims: int) -> None:
+    """vmap == threads == loop == a plain autograd MAML on the nn.Module, float64. Before
+    from_module made batch norm transform-safe, vmap died in torch ("running_mean ... were
+    not batched"); torch's native kernel under vmap is ~1e-2 off (tests/test_vmap_batch_norm)."""
+    module = _OwnNet(dims).double()
+    model = fg.from_module(module)
+    params, state = model.init(fg.random.key(0))
+    assert "norm.running_mean" in state, "the running statistics must be part of the test"
+    tasks = _tasks(dims)
+    learner = fg.meta.maml(fg.bind(model, state, train=True), inner_lr=INNER_LR,
+                           inner_steps=INNER_STEPS)
+    want = _autograd_reference(module, params, tasks)
+    got = {s: fg.meta.mean_task_grads(learner.task_grad, params, tasks, strategy=s)[0]
+           for s in ("loop", "threads", "vmap")}
+    for strategy, grads in got.items():
+        assert set(grads) == set(want)
+        for n in want:
+            torch.testing.assert_close(grads[n], want[n], rtol=1e-10, atol=1e-10,
+                                       msg=lambda m, s=strategy, n=n: f"{s} {n}: {m}")
+    assert any(float(g.abs().max()) > 1e-3 for g in want.values()), "a vacuous gradient"
+
+
+def test_running_statistics_under_vmap_with_shared_state_equal_the_loop() -> None:
+    """One state for every member (what bind gives MAML): training under vmap returns each
+    member's running statistics; evaluation with them is the same under vmap and a loop."""
+    module = _OwnNet(2).double()
+    model = fg.from_module(module)
+    params, state = model.init(fg.random.key(0))
+    xs = fg.random.normal(fg.random.key(3), (3, 4, 1, 5, 5), dtype=torch.float64)
+
+    def train_step(x: Tensor) -> tuple[Tensor, Params]:
+        return model.apply(params, state, x, train=True)
+
+    ys, states = vmap(train_step)(xs)
+    for i in range(3):
+        y, s = train_step(xs[i])
+        torch.testing.assert_close(ys[i], y, rtol=0, atol=1e-12)
+        for n in s:
+            torch.testing.assert_close(states[n][i], s[n], rtol=0, atol=1e-12, msg=n)
+    moved = states["norm.running_mean"][0]
+    assert not torch.equal(moved, state["norm.running_mean"]), "running mean did not move"
+    evals = vmap(lambda x: model.apply(params, {**state, "norm.running_mean": moved}, x)[0])(xs)
+    for i in range(3):
+        want, _ = model.apply(params, {**state, "norm.running_mean": moved}, xs[i])
+        torch.testing.assert_close(evals[i], want, rtol=0, atol=1e-12)
+
+
+def test_batch_norm_of_one_value_per_channel_is_a_shape_error() -> None:
+    model = fg.from_module(_OwnNet(1).double())
+    params, state = model.init(fg.random.key(0))
+    one = torch.zeros(1, 6, dtype=torch.float64)
+    with pytest.raises(fg.errors.ShapeError, match="^from_module: batch norm in training needs "
+                                                   r"more than one value per channel, got input "
+                                                   r"\(1, 3\)"):
+        grad(lambda p: model.apply(p, state, one, train=True)[0].sum())(params)
