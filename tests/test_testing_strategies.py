@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import find, given
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
@@ -71,6 +71,29 @@ def test_params_for_with_a_range_drives_a_pure_forward(params: dict, x: Tensor) 
     assert all(float(t.abs().max()) <= 1.0 for t in params.values())
     y, _ = assert_pure(MODEL.apply, params, MODEL.init(random.key(0))[1], x)
     assert y.shape == (5, 2)
+
+
+EXAMPLES = 20
+
+
+@pytest.mark.parametrize("kind", ["funcgraph", "from_module"])
+def test_params_for_draws_distinct_params(kind: str) -> None:
+    """A property test over params_for covers many initialisations, not one repeated: the
+    keyed init of funcgraph layers and of converted modules alike."""
+    model = MODEL if kind == "funcgraph" else fg.from_module(
+        torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                            torch.nn.Linear(4, 2)))
+    seen: list[tuple[bytes, ...]] = []
+
+    @settings(max_examples=EXAMPLES, database=None, phases=[Phase.generate])
+    @given(fst.params_for(model))
+    def record(params: dict[str, Tensor]) -> None:
+        seen.append(tuple(params[n].numpy().tobytes() for n in sorted(params)))
+
+    record()
+    distinct = len(set(seen))
+    assert len(seen) == EXAMPLES, f"hypothesis ran {len(seen)} examples, not {EXAMPLES}"
+    assert distinct >= EXAMPLES - 2, f"params_for drew {distinct} distinct sets in {EXAMPLES}"
 
 
 def test_params_for_finds_all_zero_weights() -> None:

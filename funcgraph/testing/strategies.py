@@ -136,7 +136,9 @@ def params_for(
     """Parameter dicts for ``model``: names, shapes and dtypes exactly as ``model.init``.
 
     By default the values are ``model.init(key)`` for a drawn key, i.e. realistic
-    initialisations. With ``min_value``/``max_value``, every floating tensor is instead drawn
+    initialisations, a different one per key (a converted ``nn.Module`` draws through its
+    ``reset_parameters``, see :func:`funcgraph.from_module`; with ``init="copy"`` it would give
+    the module's one parameter set every time). With ``min_value``/``max_value``, every floating tensor is instead drawn
     element by element from that range (integer tensors keep their init values), which finds
     edge cases such as all-zero or saturating weights. With ``with_state=True`` the strategy
     gives ``(params, state)`` where ``state`` is the model's initial state.
