@@ -1,35 +1,39 @@
 """funcgraph: dynamic-graph deep learning as pure functions over parameter dicts.
 
-The core names (``Model``, ``bind``, ``cond``, ``Params``...) load with the package; the
-subpackages (``nn``, ``meta``, ``nas``, ``data``, ...) load on first use, so ``import
-funcgraph`` and ``funcgraph --help`` stay light.
+The core names (``Model``, ``bind``, ``cond``, ``Params``...) and the subpackages (``nn``,
+``meta``, ``nas``, ``data``, ...) load on first use (PEP 562), so ``import funcgraph`` imports
+no torch and ``funcgraph --help`` stays light.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .control import cond
-from .errors import FuncgraphError
-from .model import Model, bind, from_module, stateless
-from .params import Params, State
+from .version import __version__
 
 if TYPE_CHECKING:
     from . import debug, factory, meta, models, nas, nn, params, random
+    from .control import cond
+    from .errors import FuncgraphError
+    from .model import Model, bind, from_module, stateless
+    from .params import Params, State
 
-__version__ = "0.1.0"
+CORE = {"cond": "control", "FuncgraphError": "errors", "Model": "model", "bind": "model",
+        "from_module": "model", "stateless": "model", "Params": "params", "State": "params"}
+"""Core name -> the module defining it, imported on first use of the name."""
 
 SUBPACKAGES = ("data", "debug", "factory", "meta", "models", "nas", "nn", "params", "random",
                "runs", "testing", "train")
 """Subpackages reachable as ``funcgraph.<name>`` after a plain ``import funcgraph``."""
 
 
-def __getattr__(name: str) -> ModuleType:
-    """Import a subpackage on first attribute access (PEP 562)."""
+def __getattr__(name: str) -> Any:
+    """Import a subpackage or a core name's module on first attribute access (PEP 562)."""
     if name in SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in CORE:
+        return getattr(importlib.import_module(f"{__name__}.{CORE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

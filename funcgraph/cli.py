@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from . import __version__
+from .version import __version__
 
 COMMANDS = [
     "info",

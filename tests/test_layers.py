@@ -50,3 +50,34 @@ def test_subpackages_load_on_first_attribute_access() -> None:
     loaded = _loaded_after("import funcgraph\nfuncgraph.nas.mixed_op")
     assert "funcgraph.nas" in loaded, "funcgraph.nas did not load on attribute access"
     assert "funcgraph.runs" not in loaded, "funcgraph.nas pulled in the run layer"
+
+
+HELP_PROBE = """
+from typer.testing import CliRunner
+from funcgraph.cli import app
+for command in {commands!r}:
+    result = CliRunner().invoke(app, [*command.split(), "--help"])
+    assert result.exit_code == 0, (command, result.output)
+"""
+
+COMMAND_PATHS = ("", "info", "graph", "export", "model", "model check", "model list",
+                 "meta-train", "evaluate", "train", "search", "runs", "plot")
+
+
+def test_no_help_imports_torch() -> None:
+    """Every ``--help`` (and ``import funcgraph``) runs without torch: options, choices and
+    help text come from torch-free modules; command bodies import what they use."""
+    loaded = _loaded_after(HELP_PROBE.format(commands=COMMAND_PATHS))
+    assert "torch" not in loaded, "a --help imported torch: " + ", ".join(
+        m for m in loaded if m.startswith("funcgraph."))
+    assert "torch" not in _loaded_after("import funcgraph"), "import funcgraph imported torch"
+
+
+def test_help_from_the_console_script_imports_no_torch() -> None:
+    """``python -X importtime -m funcgraph --help``: the import log names no torch module."""
+    log = subprocess.run([sys.executable, "-X", "importtime", "-m", "funcgraph", "--help"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stderr
+    torch_lines = [line for line in log.splitlines() if line.rsplit("|", 1)[-1].strip()
+                   .startswith("torch")]
+    assert not torch_lines, f"funcgraph --help imported torch:\n{torch_lines[:5]}"
+    assert "funcgraph.cli" in log, "the import log does not show the CLI loading"

@@ -17,7 +17,7 @@ def info() -> None:
 
     import torch
 
-    from .. import __version__
+    from ..version import __version__
 
     console.print(f"funcgraph {__version__}")
     console.print(f"torch     {torch.__version__}")
