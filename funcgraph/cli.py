@@ -23,6 +23,7 @@ COMMANDS = [
     "train",
     "search",
     "runs",
+    "docgen",
 ]
 
 app = typer.Typer(

@@ -98,7 +98,7 @@ def test_cli_reference_is_current() -> None:
 
     current = (ROOT / "docs" / "cli.md").read_text()
     assert current == render(app), (
-        "docs/cli.md is stale: regenerate it with `python -m funcgraph.commands.docgen`"
+        "docs/cli.md is stale: regenerate it with `funcgraph docs`"
     )
 
 

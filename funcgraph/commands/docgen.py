@@ -1,24 +1,27 @@
 """Write ``docs/cli.md``, the CLI reference, from the Typer app itself.
 
-Not a command: run ``python -m funcgraph.commands.docgen`` after changing a command's
-options or help text (``--check`` exits 1 when the file is stale; the test suite runs that
-comparison). Every command's help, usage, arguments and options come from the same click
-objects ``--help`` prints (``get_help_record``), so the reference cannot drift from the CLI.
+A hidden maintainer command: run ``funcgraph docs`` after changing a command's options or
+help text (``--check`` exits 1 when the file is stale; the test suite runs that comparison).
+Every command's help, usage, arguments and options come from the same click objects
+``--help`` prints (``get_help_record``), so the reference cannot drift from the CLI.
+
+The app arrives as an argument (:func:`render`, and :func:`register` closes over the app it
+registers on), so this module never imports :mod:`funcgraph.cli`, which sits above it.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 import typer.main
 
+from .common import user_errors
+
 HEADER = """# CLI reference
 
-Generated from the Typer app by `python -m funcgraph.commands.docgen`; do not edit by hand.
+Generated from the Typer app by `funcgraph docs`; do not edit by hand.
 Every command also prints this with `--help`. User mistakes (a bad option value, a missing
 file, an impossible task spec) exit with code 2 and one line on stderr; Ctrl-C exits 130.
 `meta-train`, `train` and `search` take `--dry-run`: everything is checked (options, data,
@@ -92,33 +95,34 @@ def _walk(path: str, command: Any, parent: Any) -> list[str]:
 
 def render(app: typer.Typer) -> str:
     """The Markdown reference of every (non-hidden) command of ``app``."""
-    root = typer.main.get_command(app)
+    root = typer.main.get_group(app)
     ctx = root.make_context("funcgraph", [], resilient_parsing=True)
-    names = list(getattr(root, "list_commands", lambda c: [])(ctx))
+    names = [name for name in root.list_commands(ctx) if not root.commands[name].hidden]
     lines = [HEADER, _help_text(root.help or ""), "",
              "Commands: " + ", ".join(f"[`{n}`](#funcgraph-{n})" for n in names), ""]
     lines += _walk("funcgraph", root, None)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Regenerate docs/cli.md from the Typer app.")
-    parser.add_argument("--output", type=Path, default=DEFAULT_PATH)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = parser.parse_args(argv)
-    from ..cli import app
+def register(app: typer.Typer) -> None:
+    """Add the hidden ``docs`` command, which documents ``app`` itself."""
 
-    text = render(app)
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is stale: run python -m funcgraph.commands.docgen")
-            return 1
-        return 0
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
-    return 0
+    @app.command("docs", hidden=True)
+    @user_errors
+    def docs(
+        output: Annotated[Path, typer.Option(help="The Markdown file to write.")] =
+            DEFAULT_PATH,
+        check: Annotated[bool, typer.Option(
+            "--check", help="Write nothing; exit 1 if the file is stale.")] = False,
+    ) -> None:
+        """Regenerate docs/cli.md, the CLI reference, from the commands' own help.
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+        Example: funcgraph docs --check
+        """
+        text = render(app)
+        if not check:
+            output.write_text(text)
+            typer.echo(f"wrote {output}")
+        elif not output.is_file() or output.read_text() != text:
+            typer.echo(f"{output} is stale: run funcgraph docs")
+            raise typer.Exit(1)
