@@ -17,7 +17,7 @@ from funcgraph.data.glyphs import (
     SPLITS,
     render_alphabet,
 )
-from funcgraph.errors import DataError
+from funcgraph.errors import ConfigError, DataError
 
 FEW = slice(0, 3)  # three characters keep every test tiny
 
@@ -69,12 +69,17 @@ def test_split_layout_matches_omniglot() -> None:
     assert len(used) == len(set(used)) == len(ALPHABET_SIZES), "splits share no alphabet"
 
 
-def test_unknown_split_or_alphabet_is_a_data_error(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="unknown split 'train'"):
+def test_bad_arguments_are_config_errors_as_for_rgb_shapes(tmp_path: Path) -> None:
+    """The same refusals, in the same words, as load_rgb_shapes (tests/test_data_rgb.py)."""
+    with pytest.raises(ConfigError, match=r"^load_glyphs: unknown split 'train'; expected one "
+                                          r"of \['background', 'evaluation', 'validation'\]$"):
         load_glyphs("train", cache_dir=tmp_path)
-    with pytest.raises(DataError, match="seed must be an int in"):
+    with pytest.raises(ConfigError, match="generate_glyphs: unknown split 'val'"):
+        glyphs.generate_glyphs("val")
+    with pytest.raises(ConfigError, match=r"load_glyphs: seed must be an int in \[0, 2\*\*64\), "
+                                          "got -1"):
         load_glyphs("evaluation", seed=-1, cache_dir=tmp_path)
-    with pytest.raises(DataError, match="image_size must be >= 8, got 4"):
+    with pytest.raises(ConfigError, match="load_glyphs: image_size must be an int >= 8, got 4"):
         load_glyphs("evaluation", cache_dir=tmp_path, image_size=4)
     with pytest.raises(DataError, match="alphabet must be in"):
         render_alphabet(0, len(ALPHABET_SIZES))

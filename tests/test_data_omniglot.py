@@ -10,7 +10,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from funcgraph.data import load_omniglot
-from funcgraph.errors import DataError
+from funcgraph.errors import ConfigError, DataError
 
 BACKGROUND = {"Alpha": 2, "Beta": 1, "Gamma": 2}  # alphabet -> characters
 EVALUATION = {"Delta": 2, "Epsilon": 1}
@@ -77,8 +77,9 @@ def test_missing_split_folder(tmp_path: Path) -> None:
         load_omniglot(tmp_path, "evaluation")
 
 
-def test_unknown_split(root: Path) -> None:
-    with pytest.raises(DataError, match="unknown split 'test'"):
+def test_unknown_split_is_a_config_error(root: Path) -> None:
+    with pytest.raises(ConfigError, match=r"load_omniglot: unknown split 'test'; expected one "
+                                          r"of \['background', 'validation', 'evaluation'\]"):
         load_omniglot(root, "test")
 
 

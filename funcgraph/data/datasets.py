@@ -21,16 +21,39 @@ until a task gathers its few images (:func:`as_float` converts them).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from ..errors import ShapeError
+from ..checks import check_int
+from ..errors import ConfigError, ShapeError
 
 CHANNELS = (1, 3)
 """Grayscale (glyphs, Omniglot) or RGB (image folders, rgb-shapes)."""
+
+
+def check_split(fn: str, split: str, splits: Iterable[str]) -> str:
+    """``split`` if it is one of ``splits``, else a ConfigError naming the loader ``fn``, the
+    split names it knows and the value: an unknown split name is a wrong argument (as an
+    unknown option is), not a fault of the files on disk, which is a DataError."""
+    names = list(splits)
+    if split not in names:
+        raise ConfigError(f"{fn}: unknown split {split!r}; expected one of {names}")
+    return split
+
+
+def check_generator_args(fn: str, split: str, splits: Iterable[str], seed: object,
+                         image_size: object) -> None:
+    """The arguments every generated set's loader takes: a known ``split``, a ``seed`` that
+    :func:`funcgraph.random.key` accepts and an ``image_size`` of at least 8; a ConfigError
+    naming ``fn`` otherwise."""
+    check_split(fn, split, splits)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ConfigError(f"{fn}: seed must be an int in [0, 2**64), got {seed!r}")
+    check_int(fn, "image_size", image_size, minimum=8)
 
 
 def as_float(images: Tensor) -> Tensor:

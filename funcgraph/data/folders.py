@@ -12,6 +12,8 @@ Every loader is ``load_X(root, split, *, image_size=84)`` with ``split`` one of 
 Classes are sorted by name; a class's images are in sorted file order (folder, cub) or csv
 order (mini-imagenet). Classes may differ in size (see :class:`ClassDataset`'s ``counts``).
 Images are decoded by :func:`funcgraph.data.images.decode_rgb` (RGB, centre square, bilinear).
+Each layout is a :class:`Layout` (how a split's classes are listed); every loader starts the
+same way, in :func:`_read_split`.
 
 **The decoded cache.** The first load of a split decodes every file on a thread pool and
 writes the pixels to ``<cache dir>/<kind>-<split>-<size>px-<root hash>.safetensors`` (the
@@ -30,38 +32,57 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from ..checks import check_int
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from .cache import cache_path, load_cached, save_cached
-from .datasets import ClassDataset
+from .datasets import ClassDataset, check_split
 from .images import DECODER_VERSION, IMAGE_SUFFIXES, decode_many
 
 SPLITS = ("train", "val", "test")
-
-_FOLDER = "ROOT/{train,val,test}/CLASS/*.{png,jpg,jpeg}"
-_MINI = "ROOT/images/*.jpg with ROOT/{train,val,test}.csv (header 'filename,label')"
-_CUB = "ROOT/images/CLASS/*.jpg with ROOT/splits/{train,val,test}.txt (one class per line)"
 
 Classes = dict[str, list[Path]]
 """Class name -> its image files, in order."""
 
 
-def _check(kind: str, root: str | Path, split: str, image_size: int, layout: str) -> Path:
-    """The checked root of a ``kind`` load (a ConfigError for a bad split or size, a
-    DataError for a missing root)."""
-    if split not in SPLITS:
-        raise ConfigError(f"{kind}: unknown split {split!r}; expected one of {list(SPLITS)}")
-    check_int(kind, "image_size", image_size, minimum=8)
-    path = Path(root).expanduser().resolve()  # one cache entry per folder, whatever the cwd
-    if not path.is_dir():
-        raise DataError(f"{kind}: data root {path} is not a directory; expected {layout}")
-    return path
+@dataclass(frozen=True)
+class Layout:
+    """One on-disk layout and how to list a split of it.
+
+    Attributes:
+        kind: its name in messages and cache file names (``"mini-imagenet"``).
+        loader: the public function that reads it, named by argument errors.
+        text: the expected layout, quoted by every error about the files.
+        list_split: ``(root, split, layout) -> (classes, where they are listed, the files that
+            define the split)``; the defining files' bytes are part of the cache key.
+    """
+
+    kind: str
+    loader: str
+    text: str
+    list_split: Callable[[Path, str, Layout], tuple[Classes, Path, list[Path]]]
+
+
+def _read_split(layout: Layout, root: str | Path, split: str, image_size: int,
+                cache_dir: Path | None, workers: int | None) -> ClassDataset:
+    """The start every loader shares: check the split, the size and the root, list the
+    split's classes (refusing none), then load them through the cache."""
+    check_split(layout.loader, split, SPLITS)
+    check_int(layout.loader, "image_size", image_size, minimum=8)
+    base = Path(root).expanduser().resolve()  # one cache entry per folder, whatever the cwd
+    if not base.is_dir():
+        raise DataError(f"{layout.kind}: data root {base} is not a directory; expected "
+                        f"{layout.text}")
+    classes, where, defining = layout.list_split(base, split, layout)
+    if not classes:
+        raise DataError(f"{layout.kind}: {where} names no classes; expected {layout.text}")
+    return _load(layout.kind, base, split, classes, defining, image_size, cache_dir, workers)
 
 
 def _images_in(folder: Path) -> list[Path]:
@@ -73,16 +94,10 @@ def _images_in(folder: Path) -> list[Path]:
     return [folder / n for n in names]
 
 
-def _required(path: Path, kind: str, what: str, layout: str, *, folder: bool) -> Path:
+def _required(path: Path, layout: Layout, what: str, *, folder: bool) -> Path:
     if not (path.is_dir() if folder else path.is_file()):
-        raise DataError(f"{kind}: {what} {path} not found; expected {layout}")
+        raise DataError(f"{layout.kind}: {what} {path} not found; expected {layout.text}")
     return path
-
-
-def _nonempty(classes: Classes, kind: str, where: Path, layout: str) -> Classes:
-    if not classes:
-        raise DataError(f"{kind}: {where} names no classes; expected {layout}")
-    return classes
 
 
 def _content_key(kind: str, root: Path, classes: Classes, defining: Iterable[Path]) -> str:
@@ -164,22 +179,28 @@ def load_folder(
         DataError: the root or split folder is missing, has no class folders, a class folder
             has no images, or an image cannot be read (the message names the path).
     """
-    kind = "folder"
-    base = _check(kind, root, split, image_size, _FOLDER)
-    folder = _required(base / split, kind, "split folder", _FOLDER, folder=True)
+    return _read_split(FOLDER, root, split, image_size, cache_dir, workers)
+
+
+def _class_folders(base: Path, split: str, layout: Layout) -> tuple[Classes, Path, list[Path]]:
+    """The class folders of ``ROOT/<split>/``, sorted, each with its images."""
+    folder = _required(base / split, layout, "split folder", folder=True)
     classes: Classes = {}
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         images = _images_in(sub)
         if not images:
-            raise DataError(f"{kind}: class folder {sub} has no .png/.jpg/.jpeg files; "
-                            f"expected {_FOLDER}")
+            raise DataError(f"{layout.kind}: class folder {sub} has no .png/.jpg/.jpeg files; "
+                            f"expected {layout.text}")
         classes[sub.name] = images
-    return _load(kind, base, split, _nonempty(classes, kind, folder, _FOLDER), [], image_size,
-                 cache_dir, workers)
+    return classes, folder, []
 
 
-def _read_csv(table: Path, images: Path, kind: str) -> Classes:
-    """Label -> image files of a ``filename,label`` csv, labels sorted, rows in file order."""
+def _csv_classes(base: Path, split: str, layout: Layout) -> tuple[Classes, Path, list[Path]]:
+    """Label -> image files of ``ROOT/<split>.csv`` (``filename,label``), labels sorted, rows
+    in file order."""
+    images = _required(base / "images", layout, "image folder", folder=True)
+    table = _required(base / f"{split}.csv", layout, "split file", folder=False)
+    kind = layout.kind
     try:
         with table.open(newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f))
@@ -199,16 +220,16 @@ def _read_csv(table: Path, images: Path, kind: str) -> Classes:
         name, label = row[0].strip(), row[1].strip()
         if Path(name).name != name:
             raise DataError(f"{kind}: {table} line {line}: {name!r} is not a file name in "
-                            f"{images} (no folders); expected {_MINI}")
+                            f"{images} (no folders); expected {layout.text}")
         if name in seen:
             raise DataError(f"{kind}: {table} line {line} lists {name} a second time")
         seen.add(name)
         file = images / name
         if not file.is_file():
             raise DataError(f"{kind}: {table} line {line} names {file}, which does not exist; "
-                            f"expected {_MINI}")
+                            f"expected {layout.text}")
         by_label.setdefault(label, []).append(file)
-    return {label: by_label[label] for label in sorted(by_label)}
+    return {label: by_label[label] for label in sorted(by_label)}, table, [table]
 
 
 def load_mini_imagenet(
@@ -228,16 +249,15 @@ def load_mini_imagenet(
             lists a file twice or names a file that does not exist, or an image cannot be
             read (the message names the file, and the csv line).
     """
-    kind = "mini-imagenet"
-    base = _check(kind, root, split, image_size, _MINI)
-    images = _required(base / "images", kind, "image folder", _MINI, folder=True)
-    table = _required(base / f"{split}.csv", kind, "split file", _MINI, folder=False)
-    classes = _nonempty(_read_csv(table, images, kind), kind, table, _MINI)
-    return _load(kind, base, split, classes, [table], image_size, cache_dir, workers)
+    return _read_split(MINI_IMAGENET, root, split, image_size, cache_dir, workers)
 
 
-def _read_class_list(listing: Path, images: Path, kind: str) -> Classes:
-    """Class folder -> its images, for the class names in ``listing`` (sorted)."""
+def _listed_classes(base: Path, split: str, layout: Layout) -> tuple[Classes, Path, list[Path]]:
+    """Class folder -> its images, for the class names in ``ROOT/splits/<split>.txt``
+    (sorted)."""
+    images = _required(base / "images", layout, "image folder", folder=True)
+    listing = _required(base / "splits" / f"{split}.txt", layout, "split file", folder=False)
+    kind = layout.kind
     try:
         lines = listing.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -252,12 +272,12 @@ def _read_class_list(listing: Path, images: Path, kind: str) -> Classes:
         folder = images / name
         if not folder.is_dir():
             raise DataError(f"{kind}: {listing} line {number} names class {name!r}, but "
-                            f"{folder} is not a folder; expected {_CUB}")
+                            f"{folder} is not a folder; expected {layout.text}")
         files = _images_in(folder)
         if not files:
             raise DataError(f"{kind}: class folder {folder} has no .jpg/.jpeg/.png files")
         classes[name] = files
-    return {name: classes[name] for name in sorted(classes)}
+    return {name: classes[name] for name in sorted(classes)}, listing, [listing]
 
 
 def load_cub(
@@ -278,12 +298,17 @@ def load_cub(
             class twice or a folder that does not exist or has no images, or an image cannot
             be read (the message names the file, and the line).
     """
-    kind = "cub"
-    base = _check(kind, root, split, image_size, _CUB)
-    images = _required(base / "images", kind, "image folder", _CUB, folder=True)
-    listing = _required(base / "splits" / f"{split}.txt", kind, "split file", _CUB, folder=False)
-    classes = _nonempty(_read_class_list(listing, images, kind), kind, listing, _CUB)
-    return _load(kind, base, split, classes, [listing], image_size, cache_dir, workers)
+    return _read_split(CUB, root, split, image_size, cache_dir, workers)
+
+
+FOLDER = Layout("folder", "load_folder", "ROOT/{train,val,test}/CLASS/*.{png,jpg,jpeg}",
+                _class_folders)
+MINI_IMAGENET = Layout("mini-imagenet", "load_mini_imagenet",
+                       "ROOT/images/*.jpg with ROOT/{train,val,test}.csv (header 'filename,label')",
+                       _csv_classes)
+CUB = Layout("cub", "load_cub",
+             "ROOT/images/CLASS/*.jpg with ROOT/splits/{train,val,test}.txt (one class per line)",
+             _listed_classes)
 
 
 __all__ = ["SPLITS", "load_cub", "load_folder", "load_mini_imagenet"]

@@ -25,7 +25,7 @@ from torch import Tensor
 from .. import random
 from ..errors import DataError
 from .cache import cache_path, load_cached, save_cached
-from .datasets import ClassDataset, as_float
+from .datasets import ClassDataset, as_float, check_generator_args, check_split
 from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
 
 GENERATOR_VERSION = 2
@@ -55,12 +55,6 @@ SPLITS: dict[str, range] = {
     "validation": _span(len(BACKGROUND_SIZES) + len(EVALUATION_SIZES), VALIDATION_SIZES),
 }
 """Which alphabet indices make up each split (disjoint by construction)."""
-
-
-def _check_split(split: str) -> range:
-    if split not in SPLITS:
-        raise DataError(f"glyphs: unknown split {split!r}; expected one of {sorted(SPLITS)}")
-    return SPLITS[split]
 
 
 def render_alphabet(
@@ -94,7 +88,7 @@ def render_alphabet(
 
 def generate_glyphs(split: str, *, seed: int = 0, image_size: int = 28) -> ClassDataset:
     """Generate one split without touching the cache (see :func:`load_glyphs`)."""
-    alphabets = _check_split(split)
+    alphabets = SPLITS[check_split("generate_glyphs", split, SPLITS)]
     images = torch.cat([render_alphabet(seed, a, image_size=image_size) for a in alphabets])
     names = [
         f"alphabet{a:02d}/character{c + 1:02d}" for a in alphabets for c in range(ALPHABET_SIZES[a])
@@ -112,11 +106,7 @@ def load_glyphs(
     mismatching cache file is regenerated. The cache directory is ``cache_dir``, else
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
-    _check_split(split)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise DataError(f"glyphs: seed must be an int in [0, 2**64), got {seed!r}")
-    if image_size < 8:
-        raise DataError(f"glyphs: image_size must be >= 8, got {image_size}")
+    check_generator_args("load_glyphs", split, SPLITS, seed, image_size)
     meta = {
         "dataset": "glyphs",
         "generator_version": str(GENERATOR_VERSION),

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError
-from .datasets import ClassDataset
+from .datasets import ClassDataset, check_split
 
 SPLITS = ("background", "validation", "evaluation")
 _LAYOUT = "ROOT/images_background/ALPHABET/characterNN/*.png (and images_evaluation/)"
@@ -33,8 +33,7 @@ def _subdirs(path: Path) -> list[Path]:
 
 def _alphabets(root: Path, split: str) -> list[Path]:
     """The alphabet folders of ``split``."""
-    if split not in SPLITS:
-        raise DataError(f"omniglot: unknown split {split!r}; expected one of {list(SPLITS)}")
+    check_split("load_omniglot", split, SPLITS)
     if not root.is_dir():
         raise DataError(f"omniglot: data root {root} is not a directory; expected {_LAYOUT}")
     folder = root / ("images_evaluation" if split == "evaluation" else "images_background")

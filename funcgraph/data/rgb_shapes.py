@@ -36,10 +36,8 @@ import torch
 from torch import Tensor
 
 from .. import random
-from ..checks import check_int
-from ..errors import ConfigError
 from .cache import cache_path, load_cached, save_cached
-from .datasets import ClassDataset
+from .datasets import ClassDataset, check_generator_args, check_split
 
 GENERATOR_VERSION = 1
 """Bump whenever a change alters any pixel; it is part of the cache key."""
@@ -75,12 +73,6 @@ class Variation:
     colour: float = 0.12
     background: float = 0.75
     light: float = 0.3
-
-
-def _check_split(split: str) -> range:
-    if split not in SPLITS:
-        raise ConfigError(f"rgb-shapes: unknown split {split!r}; expected one of {list(SPLITS)}")
-    return SPLITS[split]
 
 
 def _class_style(key: Tensor) -> dict[str, Tensor]:
@@ -159,7 +151,7 @@ def render_class(
 
 def generate_rgb_shapes(split: str, *, seed: int = 0, image_size: int = 84) -> ClassDataset:
     """Generate one split without touching the cache (see :func:`load_rgb_shapes`)."""
-    classes = _check_split(split)
+    classes = SPLITS[check_split("generate_rgb_shapes", split, SPLITS)]
     images = torch.stack([render_class(seed, c, image_size=image_size) for c in classes])
     pixels = (images * 255).round().to(torch.uint8)
     return ClassDataset(pixels, [f"shape{c:03d}" for c in classes], f"rgb-shapes/{split}")
@@ -175,10 +167,7 @@ def load_rgb_shapes(
     or mismatching cache file is regenerated. The cache directory is ``cache_dir``, else
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
-    _check_split(split)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise ConfigError(f"rgb-shapes: seed must be an int in [0, 2**64), got {seed!r}")
-    check_int("rgb-shapes", "image_size", image_size, minimum=8)
+    check_generator_args("load_rgb_shapes", split, SPLITS, seed, image_size)
     meta = {
         "dataset": "rgb-shapes",
         "generator_version": str(GENERATOR_VERSION),
