@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..data.registry import dataset_help, image_size_help
 from .common import (
     BackendOption,
     DeviceOption,
@@ -39,16 +40,6 @@ class Algo(StrEnum):
     protonet = "protonet"
 
 
-class Dataset(StrEnum):
-    glyphs = "glyphs"
-    omniglot = "omniglot"
-    rgb_shapes = "rgb-shapes"
-    folder = "folder"
-    mini_imagenet = "mini-imagenet"
-    cub = "cub"
-    sinusoid = "sinusoid"
-
-
 class MetaOptimizer(StrEnum):
     adam = "adam"
     sgd = "sgd"
@@ -76,16 +67,16 @@ def meta_train(
     algo: Annotated[Algo | None, typer.Option(
         help="Meta-learning algorithm (default: protonet on image datasets, maml on "
              "sinusoid).")] = None,
-    dataset: Annotated[Dataset, typer.Option(
-        help="glyphs (embedded, generated), rgb-shapes (embedded RGB, 84px), omniglot, "
-             "folder, mini-imagenet, cub (need --data-root; layouts in docs/data.md) or "
-             "sinusoid.")
-    ] = Dataset.glyphs,
+    dataset: Annotated[str, typer.Option(
+        help=f"The tasks' dataset: {dataset_help()}; or one of your own, registered with "
+             "funcgraph.data.register_dataset in a module given to --import.")
+    ] = "glyphs",
     data_root: Annotated[Path | None, typer.Option(
-        help="The on-disk dataset's folder (omniglot, folder, mini-imagenet, cub).")] = None,
+        help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")
+    ] = None,
     image_size: Annotated[int | None, typer.Option(
-        min=8, max=512, help="Resize images to this square size (default 28 for glyphs and "
-                             "omniglot, 84 for the RGB datasets).")] = None,
+        min=8, max=512, help=f"Resize images to this square size (default: the dataset's: "
+                             f"{image_size_help()}).")] = None,
     meta_batch: Annotated[int | None, typer.Option(
         min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 16).")] = None,
     steps: Annotated[int | None, typer.Option(
@@ -197,7 +188,7 @@ def meta_train(
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
     cfg = default_config(
-        None if algo is None else algo.value, dataset.value, tasks=tasks,
+        None if algo is None else algo.value, dataset, tasks=tasks,
         data_root=str(data_root) if data_root is not None else None, image_size=image_size,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,

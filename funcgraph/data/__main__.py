@@ -16,19 +16,13 @@ from pathlib import Path
 from .. import random
 from ..errors import FuncgraphError
 from .datasets import ClassDataset, save_preview
-from .glyphs import SPLITS, load_glyphs
+from .registry import dataset_names, dataset_type
 from .tasks import TaskSpec, nearest_neighbour_accuracy
 
-DEFAULT_SPLIT = {"glyphs": "evaluation", "rgb-shapes": "test"}
-"""The split each embedded set previews and scores unless told: its held-out test split."""
-
-
-def _load(dataset: str, split: str, seed: int, cache_dir: Path | None) -> ClassDataset:
-    if dataset == "rgb-shapes":
-        from .rgb_shapes import load_rgb_shapes
-
-        return load_rgb_shapes(split, seed=seed, cache_dir=cache_dir)
-    return load_glyphs(split, seed=seed, cache_dir=cache_dir)
+EMBEDDED = [n for n in dataset_names()
+            if dataset_type(n).kind == "classification" and not dataset_type(n).reads_data_root]
+"""The generated image sets of the dataset registry (glyphs, rgb-shapes): their loaders take
+``seed`` and ``cache_dir``; each previews and scores its held-out test split unless told."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,10 +37,10 @@ def main(argv: list[str] | None = None) -> None:
         description="Generate a split of glyphs or rgb-shapes; write a preview grid and/or score "
                     "the 1-NN baseline."
     )
-    parser.add_argument("--dataset", default="glyphs", choices=sorted(DEFAULT_SPLIT))
-    parser.add_argument("--split", default=None,
-                        help=f"glyphs: {', '.join(sorted(SPLITS))} (default evaluation); "
-                             "rgb-shapes: train, val, test (default test)")
+    parser.add_argument("--dataset", default="glyphs", choices=EMBEDDED)
+    parser.add_argument("--split", default=None, help="; ".join(
+        f"{n}: {', '.join(dataset_type(n).splits)} (default {dataset_type(n).splits[-1]})"
+        for n in EMBEDDED))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, default=None, help="default: $FUNCGRAPH_CACHE")
     parser.add_argument("--preview", type=Path, default=None, help="PNG grid to write")
@@ -56,9 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", default="5way1shot", help="task spec for --baseline")
     args = parser.parse_args(argv)
     wall, cpu = time.perf_counter(), time.process_time()
+    entry = dataset_type(args.dataset)
     try:
-        ds = _load(args.dataset, args.split or DEFAULT_SPLIT[args.dataset], args.seed,
-                   args.cache_dir)
+        ds = entry.loader()(args.split or entry.splits[-1], seed=args.seed,
+                            cache_dir=args.cache_dir)
     except FuncgraphError as e:  # an unknown split or a bad seed: a usage error, no traceback
         parser.error(str(e))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

@@ -74,7 +74,6 @@ class DatasetType:
             (glyphs: background, validation, evaluation).
         image_size: classification: the default side of the square images.
         reads_data_root: whether ``load`` reads a folder (``--data-root``) first.
-        summary: one line for ``--help``.
     """
 
     name: str
@@ -84,27 +83,30 @@ class DatasetType:
     splits: tuple[str, ...] = RUN_SPLITS
     image_size: int | None = None
     reads_data_root: bool = False
-    summary: str = ""
 
     def load_split(self, split: str, *, image_size: int | None = None,
                    root: str | Path | None = None) -> Any:
         """The ClassDataset of the run's ``split`` (``"train"``, ``"val"``, ``"test"``) at
         ``image_size`` (default :attr:`image_size`), read from ``root`` when the dataset
         reads a data root."""
-        if self.load is None:
-            raise ConfigError(f"dataset {self.name!r} is {self.kind}: it has no splits to load")
+        load = self.loader()
         if split not in RUN_SPLITS:
             raise ConfigError(f"DatasetType.load_split: unknown split {split!r}; expected one "
                               f"of {list(RUN_SPLITS)}")
         own = self.splits[RUN_SPLITS.index(split)]
         size = self.image_size if image_size is None else image_size
-        load = _resolve(self.load, self.name)
         if not self.reads_data_root:
             return load(own, image_size=size)
         if root is None:
             raise DataError(f"--dataset {self.name} needs --data-root DIR (layouts: "
                             "docs/data.md)")
         return load(Path(root), own, image_size=size)
+
+    def loader(self) -> Callable[..., Any]:
+        """The classification split loader (see the module docstring)."""
+        if self.load is None:
+            raise ConfigError(f"dataset {self.name!r} is {self.kind}: it has no splits to load")
+        return _resolve(self.load, self.name)
 
     def sampler(self) -> Callable[..., Any]:
         """The regression task sampler ``sample(key, num_tasks, shots, queries)``."""
@@ -156,7 +158,6 @@ def register_dataset(
     splits: Sequence[str] = RUN_SPLITS,
     image_size: int | None = None,
     reads_data_root: bool = False,
-    summary: str = "",
     replace: bool = False,
 ) -> DatasetType:
     """Register a dataset under ``name``, so that runs and ``--dataset`` can name it.
@@ -165,13 +166,12 @@ def register_dataset(
     regression, as a function or ``"module:attribute"``; ``splits`` the dataset's names for
     the run's train, val, test splits; ``image_size`` the default image side (classification
     only); ``reads_data_root`` whether ``load`` takes the ``--data-root`` folder first;
-    ``summary`` a line for ``--help``; ``replace`` allows replacing an entry.
+    ``replace`` allows replacing an entry.
 
     Raises:
         ConfigError: the name is taken (without ``replace``), or the entry is incomplete.
     """
-    entry = DatasetType(name, kind, load, sample, tuple(splits), image_size, reads_data_root,
-                        summary)
+    entry = DatasetType(name, kind, load, sample, tuple(splits), image_size, reads_data_root)
     _check(entry)
     if name in _REGISTRY and not replace:
         raise ConfigError(f"register_dataset: {name!r} is already registered; pick another "
@@ -214,34 +214,43 @@ def check_data_root(name: str, data_root: object) -> None:
         raise ConfigError(f"--data-root is read by --dataset {readers}; {name} is generated")
 
 
-def dataset_help() -> str:
-    """One line per dataset for ``--dataset``'s help: name, summary, default image size and
-    whether it needs ``--data-root``."""
-    lines = []
+def _grouped(label: Callable[[DatasetType], str | None]) -> str:
+    """``"a, b (label 1); c (label 2)"``: the registered names grouped by ``label(entry)``, in
+    the order of registration; entries labelled ``None`` are left out."""
+    groups: dict[str, list[str]] = {}
     for entry in _REGISTRY.values():
-        extra = [f"{entry.image_size}px"] if entry.image_size is not None else []
-        extra += ["needs --data-root"] if entry.reads_data_root else []
-        note = f" ({', '.join(extra)})" if extra else ""
-        lines.append(f"{entry.name}{': ' + entry.summary if entry.summary else ''}{note}")
-    return "; ".join(lines)
+        text = label(entry)
+        if text is not None:
+            groups.setdefault(text, []).append(entry.name)
+    return "; ".join(f"{', '.join(names)} ({text})" for text, names in groups.items())
 
 
+def dataset_help() -> str:
+    """The registered names for ``--dataset``'s help, grouped by what they need."""
+    return _grouped(lambda e: "regression" if e.kind == "regression" else
+                    "need --data-root" if e.reads_data_root else "generated")
+
+
+def image_size_help() -> str:
+    """The default image size of every image dataset, for ``--image-size``'s help."""
+    return _grouped(lambda e: None if e.image_size is None else f"{e.image_size}px")
+
+
+# The built-in datasets (docs/data.md describes each); their modules load on first use.
 _OMNIGLOT_SPLITS = ("background", "validation", "evaluation")
 register_dataset("glyphs", load="funcgraph.data.glyphs:load_glyphs", splits=_OMNIGLOT_SPLITS,
-                 image_size=28, summary="embedded, generated Omniglot-like characters")
+                 image_size=28)
 register_dataset("omniglot", load="funcgraph.data.omniglot:load_omniglot",
-                 splits=_OMNIGLOT_SPLITS, image_size=28, reads_data_root=True,
-                 summary="Omniglot from its zip layout")
-register_dataset("rgb-shapes", load="funcgraph.data.rgb_shapes:load_rgb_shapes", image_size=84,
-                 summary="embedded, generated RGB shapes (mini-ImageNet-sized)")
+                 splits=_OMNIGLOT_SPLITS, image_size=28, reads_data_root=True)
+register_dataset("rgb-shapes", load="funcgraph.data.rgb_shapes:load_rgb_shapes", image_size=84)
 register_dataset("folder", load="funcgraph.data.folders:load_folder", image_size=84,
-                 reads_data_root=True, summary="any class-per-folder image set")
+                 reads_data_root=True)
 register_dataset("mini-imagenet", load="funcgraph.data.folders:load_mini_imagenet",
-                 image_size=84, reads_data_root=True, summary="mini-ImageNet (csv layout)")
+                 image_size=84, reads_data_root=True)
 register_dataset("cub", load="funcgraph.data.folders:load_cub", image_size=84,
-                 reads_data_root=True, summary="CUB-200-2011")
-register_dataset("sinusoid", kind="regression", sample="funcgraph.data.sinusoid:sinusoid_tasks",
-                 summary="the MAML paper's sine-wave regression")
+                 reads_data_root=True)
+register_dataset("sinusoid", kind="regression", sample="funcgraph.data.sinusoid:sinusoid_tasks")
 
-__all__ = ["KINDS", "RUN_SPLITS", "DatasetType", "check_data_root", "dataset_help", "dataset_names",
-           "dataset_type", "reads_data_root", "register_dataset", "unregister_dataset"]
+__all__ = ["KINDS", "RUN_SPLITS", "DatasetType", "check_data_root", "dataset_help",
+           "dataset_names", "dataset_type", "image_size_help", "reads_data_root",
+           "register_dataset", "unregister_dataset"]

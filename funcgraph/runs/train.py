@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import distributed, random
+from ..data.registry import dataset_type
 from ..errors import ConfigError
 from ..factory.config import parse_value
 from ..model import Model
@@ -58,13 +59,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Built-in ``--model`` choices: the model (a ``funcgraph.models`` registry entry), its data,
 loss and the step budget that finishes in a few minutes on two CPU cores."""
 
+_GLYPHS = dataset_type("glyphs")
 DATA_DEFAULTS: dict[str, dict[str, Any]] = {
-    "glyphs": {"split": "background", "classes": 100, "val_per_class": 4, "image_size": 28},
+    "glyphs": {"split": _GLYPHS.splits[0], "classes": 100, "val_per_class": 4,
+               "image_size": _GLYPHS.image_size},
     "sequences": {"base": 10, "num_classes": 2, "min_length": 1, "max_length": 12,
                   "val_size": 1000},
 }
 """Data options (``--set data.classes=20``): glyph characters as a classification set (the
-last ``val_per_class`` drawings of every class are held out), or the digit-sum task."""
+last ``val_per_class`` drawings of every class are held out; the training split and image size
+are the dataset registry's), or the digit-sum task."""
 
 
 @dataclass(frozen=True)
