@@ -13,6 +13,7 @@ the arguments, so ``torch.func.grad``/``vmap``/``functional_call`` compose freel
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import threading
 from collections.abc import Callable
@@ -198,6 +199,32 @@ class _TransformSafeBatchNorm(TorchFunctionMode):
         return y
 
 
+_ROUTE: contextvars.ContextVar[_TransformSafeBatchNorm | None] = contextvars.ContextVar(
+    "funcgraph_batch_norm_route", default=None)
+"""The kernel router of the :func:`from_module` call running in this thread, if any."""
+
+
+def _with_routed_batch_norm(module: nn.Module) -> nn.Module:
+    """``module`` (a private copy) with each batch norm's forward run under the router of the
+    current call: the mode is active only inside the norms, so the rest of the forward keeps
+    torch's fast dispatch (a mode over the whole call made a vmapped MAML step 2.4x slower)."""
+    for m in module.modules():
+        if isinstance(m, _BATCH_NORM):
+            m.forward = _routed(m.forward)
+    return module
+
+
+def _routed(forward: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def run(*args: Any, **kwargs: Any) -> Tensor:
+        router = _ROUTE.get()
+        if router is None or torch.compiler.is_compiling():
+            return forward(*args, **kwargs)
+        with router:
+            return forward(*args, **kwargs)
+
+    return run
+
+
 def _seed(key: Key) -> int:
     """The 64-bit seed of torch's generator for ``key``: its two words, so distinct keys give
     distinct seeds and ``key(s)`` gives seed ``s``."""
@@ -293,10 +320,12 @@ def from_module(module: nn.Module, name: str | None = None, *, init: str = "rese
     copies = threading.local()
 
     def this_threads_module() -> nn.Module:
-        if threading.get_ident() == owner:
+        """The module a call runs: the user's own in the thread that converted it, a private
+        copy in any other; with batch norm, always a copy whose norms route their kernel."""
+        if threading.get_ident() == owner and not has_batch_norm:
             return module
         if not hasattr(copies, "module"):
-            copies.module = copy.deepcopy(module)
+            copies.module = _with_routed_batch_norm(copy.deepcopy(module))
         return cast(nn.Module, copies.module)
 
     def init_(key: Key) -> tuple[Params, State]:
@@ -316,16 +345,14 @@ def from_module(module: nn.Module, name: str | None = None, *, init: str = "rese
         m = this_threads_module()
         was_training = m.training
         m.train(train)
+        norms = _TransformSafeBatchNorm({id(t): n for n, t in new_state.items()})
+        routing = _ROUTE.set(norms if has_batch_norm else None)
         try:
-            if not has_batch_norm or torch.compiler.is_compiling():
-                y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
-                return y, new_state
-            norms = _TransformSafeBatchNorm({id(t): n for n, t in new_state.items()})
-            with norms:
-                y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
-            return y, {**new_state, **norms.updates}
+            y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
         finally:
+            _ROUTE.reset(routing)
             m.train(was_training)
+        return y, {**new_state, **norms.updates}
 
     return Model(init_, apply, name or type(module).__name__, {"module": type(module).__name__})
 
