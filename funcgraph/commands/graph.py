@@ -80,6 +80,7 @@ def graph(
     from ..files import atomic_write
     from ..placement import placed_model, resolve_device
     from ..runs import resolve_model
+    from ..runs.memory import check_input_sizes
 
     import_plugins(import_)
     dev = resolve_device(device)
@@ -87,6 +88,7 @@ def graph(
     if place is not None:
         built = placed_model(built, place)
     shape = model_input_shape(built, input_shape)
+    check_input_sizes(built, shape, dev)  # refuse what cannot fit before allocating it
     root = random.key(seed)
     params, state = built.init(random.fold_in(root, 0))
     if place is None:  # a placement plan has put the params where they belong

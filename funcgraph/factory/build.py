@@ -19,6 +19,7 @@ Schema (JSON shown; TOML and YAML have the same structure)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +42,19 @@ from .config import (
     suggest,
 )
 from .inits import with_init
-from .meta import meta_init
+from .meta import MAX_NUMEL, meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot
 from .values import check_params, coerce
 
 _NODE_KEYS = ("type", "name", "params", "init")
+MAX_LAYERS = 1000
+"""The most layers (entries of the layer tree, blocks included) one config may build. Each
+is checked on meta tensors, which takes about a millisecond, so this bounds building in time
+as the limits of :mod:`funcgraph.factory.expr` bound an expression; a registered model type
+(``resnet``, ``darts_network``) is one entry however deep it is. Shipped configs have under
+40."""
+_TOO_MANY = (f"a config builds at most {MAX_LAYERS} (blocks included; a registered model type "
+             "such as resnet or darts_network counts as one)")
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -140,6 +149,8 @@ class _Builder:
                 raise error(at(path, str(key)),
                             f"unknown key for {kind}{hint}; allowed: {', '.join(allowed)}")
         row = len(self.rows)
+        if row >= MAX_LAYERS:
+            raise error(path, f"more than {MAX_LAYERS} layers; {_TOO_MANY}")
         self.rows.append(None)
         kwargs = self.params(layer, spec.get("params", {}), at(path, "params"), x)
         children: dict[str, Any] = {}
@@ -342,6 +353,8 @@ def build(
     if "layers" in config:
         if not isinstance(config["layers"], list):
             raise error("layers", f"expected a list of layers, got {describe(config['layers'])}")
+        if len(config["layers"]) > MAX_LAYERS:  # the common case, refused before any is built
+            raise error("layers", f"{len(config['layers'])} layers; {_TOO_MANY}")
         model, y, params = builder.chain(config["layers"], "layers", "", x, 0, name=name)
     else:
         model, y, params = builder.node(config["model"], "model", "", x, 0)
@@ -367,6 +380,10 @@ def _input_shape(config: Mapping[str, Any], variables: Variables,
     if any(not s or any(d < 0 for d in s) for s in shapes):
         raise error("input_shape", "expected a list of non-negative ints (or a list of such "
                                    f"lists), got {describe(raw)}")
+    for s in shapes:
+        if math.prod(s) > MAX_NUMEL:
+            raise error("input_shape", f"{list(s)} has {math.prod(s):.3g} elements; a torch "
+                                       f"tensor holds at most 2**63 - 1 ({MAX_NUMEL:.3g})")
     return tuple(shapes) if several else shapes[0]
 
 
@@ -386,4 +403,4 @@ def _input_value(config: Mapping[str, Any], variables: Variables, shape: Any) ->
     return torch.empty(shape, dtype=coerce(raw, torch.dtype, "input_dtype"), device="meta")
 
 
-__all__ = ["Built", "LayerRow", "build", "fmt_shape", "shape_of"]
+__all__ = ["MAX_LAYERS", "Built", "LayerRow", "build", "fmt_shape", "shape_of"]

@@ -31,7 +31,7 @@ def _lengths(tokens: Tensor, mask: Tensor) -> Tensor:
             f"rnn: mask must have the tokens' shape {tuple(tokens.shape)}, got {tuple(mask.shape)}"
         )
     lengths = mask.to(torch.int64).sum(-1)
-    if not (is_batched(mask) or torch.compiler.is_compiling()):
+    if not (is_batched(mask) or mask.is_meta or torch.compiler.is_compiling()):
         steps = torch.arange(mask.shape[-1], device=mask.device)
         if not torch.equal(mask.bool(), steps < lengths.unsqueeze(-1)):
             raise ShapeError("rnn: mask must mark a prefix of each row (right padding)")

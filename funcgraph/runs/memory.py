@@ -1,15 +1,22 @@
-"""How much memory a run will need, measured on one task, and a refusal when it cannot fit.
+"""How much memory a run will need, and a refusal when it cannot fit, before it is allocated.
 
-A meta-batch of 100,000 tasks, or a task spec that sizes a huge model, is otherwise found out
-by the kernel's out-of-memory killer, with no message. :func:`allocated_bytes` runs one unit
-of work (one task's meta-gradient) while counting the bytes of every tensor torch produces:
-an upper bound of what that unit keeps alive, since it includes temporaries freed at once.
-:func:`check_memory` compares the scaled estimate with the memory the device has free.
+A meta-batch of 100,000 tasks, a 10**6-wide layer or a 10**8-shot task is otherwise found out
+by the allocator's traceback or the kernel's out-of-memory killer. Two estimates, each checked
+by :func:`check_memory` against the memory the device has free:
+
+* from shapes alone, before anything real exists (:func:`check_sizes`): the model's
+  parameters as meta tensors (:func:`funcgraph.factory.meta.meta_init`), the data a step
+  holds, and one forward pass on a meta example, whose op outputs :func:`allocated_bytes`
+  counts without allocating them; times the examples of a step;
+* measured, once that check has passed (:func:`allocated_bytes` around one real unit of work,
+  one task's meta-gradient): an upper bound of what that unit keeps alive, since it includes
+  temporaries freed at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +26,9 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import ConfigError
+from ..factory.meta import MAX_NUMEL, meta_init
+from ..model import Model
+from ..params import Params
 
 T = TypeVar("T")
 
@@ -92,4 +102,129 @@ def check_memory(estimate: MemoryEstimate, advice: str) -> None:
                           f"free; {advice}")
 
 
-__all__ = ["MemoryEstimate", "allocated_bytes", "available_bytes", "check_memory", "fmt_bytes"]
+def tensor_bytes(tensors: Params) -> int:
+    """Bytes of a dict of tensors (meta ones included: only shapes and dtypes count)."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def meta_example(shape: tuple[int, ...] | tuple[tuple[int, ...], ...],
+                 dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Any:
+    """A meta tensor of ``shape`` (a tuple of them for several shapes), refusing a shape whose
+    element count no tensor can hold."""
+    if shape and isinstance(shape[0], tuple):
+        return tuple(meta_example(s, (d,)) for s, d in zip(shape, dtypes, strict=True))
+    numel = math.prod(shape)  # type: ignore[arg-type]
+    if numel > MAX_NUMEL:
+        raise ConfigError(f"an input of shape {list(shape)} has {numel:.3g} elements; a torch "
+                          f"tensor holds at most 2**63 - 1 ({MAX_NUMEL:.3g})")
+    return torch.empty(shape, dtype=dtypes[0], device="meta")  # type: ignore[arg-type]
+
+
+def forward_bytes(model: Model, params: Params, state: Params, x: Any) -> int | None:
+    """Bytes of every tensor one forward pass of ``model`` on the meta input ``x`` produces,
+    counted on meta tensors (nothing is allocated); ``None`` for a model some of whose ops
+    have no meta kernel (the measured estimate then covers it)."""
+    try:
+        with torch.device("meta"):
+            return allocated_bytes(lambda: model.apply(params, state, x))[1]
+    except Exception:  # no meta kernel, or data-dependent code; never a user-facing failure
+        return None
+
+
+_COPIES = ", gradients and optimiser state"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What a run holds at once, from shapes alone: ``copies`` of the parameters (the params,
+    their gradient and optimiser state), ``data`` bytes, and ``examples`` forward passes of
+    one example each."""
+
+    examples: int
+    data: int
+    copies: int = 4
+    what: str = "examples"
+    scale: float = 1.0  # the example's activations over those of the meta example measured
+
+
+def check_sizes(model: Model, example: Any, sizes: Sizes, device: torch.device,
+                advice: str) -> MemoryEstimate:
+    """Refuse, before anything is allocated, a run whose parameters, data and activations
+    (``sizes``; one example's forward counted on meta, :func:`forward_bytes`) exceed the
+    free memory of ``device``: one :class:`ConfigError` line with the estimate and the free
+    memory. ``example``: a meta input of batch size one (:func:`meta_example`).
+
+    Raises:
+        ConfigError: too big, or a tensor bigger than torch can count.
+    """
+    params, state = meta_init(model)
+    params_bytes = sizes.copies * tensor_bytes(params) + tensor_bytes(state)
+    per_example = int((forward_bytes(model, params, state, example) or 0) * sizes.scale)
+    estimate = MemoryEstimate(
+        params_bytes + sizes.data + sizes.examples * per_example, available_bytes(device),
+        f"{fmt_bytes(params_bytes)} of params{_COPIES if sizes.copies > 1 else ''}, "
+        f"{fmt_bytes(sizes.data)} of data, {sizes.examples:,} {sizes.what} of "
+        f"{fmt_bytes(per_example)} of activations each")
+    check_memory(estimate, advice)
+    return estimate
+
+
+def check_task_sizes(model: Model, cfg: Any, sources: Any, device: torch.device) -> None:
+    """:func:`check_sizes` for meta-training, before the meta-parameters or a task exist:
+    the model's parameters (with the optimiser's copies), a meta-batch of task data
+    (``cfg.meta_batch`` tasks of ways x (shots + training queries) examples) and one task's
+    forward pass. ``cfg`` is a :class:`~funcgraph.runs.MetaTrainConfig`, ``sources`` its
+    :class:`~funcgraph.runs.TaskSources`."""
+    from .task_sources import regression_spec
+
+    if sources.kind == "regression":
+        shots, queries = regression_spec(cfg.tasks, cfg.dataset)
+        examples, shape = shots + queries, (1, 1)
+    else:
+        from ..data.tasks import TaskSpec
+
+        spec = TaskSpec.parse(cfg.tasks)
+        examples = spec.ways * (spec.shots + (cfg.train_queries or spec.queries))
+        shape = (1, sources.in_channels, sources.image_size, sources.image_size)
+    example = meta_example(shape)
+    data = cfg.meta_batch * examples * (example.numel() * example.element_size() + 8)
+    check_sizes(model, example, Sizes(examples, data, what="examples of one task"), device,
+                "lower --meta-batch or the task's shots and queries, or use a smaller model")
+
+
+def check_fit_sizes(model: Model, data: Mapping[str, Any], batch_size: int,
+                    device: torch.device) -> None:
+    """:func:`check_sizes` for supervised training, before the data or the params exist: the
+    params with gradient and Adam state, a batch plus the validation set, and three forward
+    passes' activations per example of a batch. ``data`` is a
+    :class:`~funcgraph.runs.TrainConfig`'s ``data`` entry. Sequences are measured at 16 steps
+    and scaled to ``max_length`` (the activations grow linearly with the steps, and a meta
+    forward of 10**5 steps would itself take minutes)."""
+    scale = 1.0
+    if data["name"] == "sequences":
+        length = int(data["max_length"])
+        short = min(length, 16)
+        example = meta_example(((1, short), (1, short)), (torch.int64, torch.bool))
+        scale, held, item = length / short, int(data["val_size"]) + batch_size, 9 * length
+    else:
+        size = int(data["image_size"])
+        example = meta_example((1, 1, size, size))
+        held = batch_size + int(data["classes"]) * int(data["val_per_class"])
+        item = example.numel() * example.element_size() + 8
+    check_sizes(model, example, Sizes(3 * batch_size, held * item, what="example forwards "
+                                      "(3 per example of a batch)", scale=scale), device,
+                "lower --batch-size or the data's sizes, or use a smaller model")
+
+
+def check_input_sizes(model: Model, shape: tuple[int, ...], device: torch.device) -> None:
+    """:func:`check_sizes` for one forward pass on a random input of ``shape`` (batch
+    included), as ``funcgraph graph`` runs: the params, the input and the activations."""
+    example = meta_example(shape)
+    check_sizes(model, example, Sizes(1, example.numel() * example.element_size(), copies=1,
+                                      what="forward pass"), device,
+                "use a smaller --input-shape or model")
+
+
+__all__ = ["MemoryEstimate", "Sizes", "allocated_bytes", "available_bytes", "check_fit_sizes",
+           "check_input_sizes", "check_memory", "check_sizes", "check_task_sizes", "fmt_bytes",
+           "forward_bytes", "meta_example", "tensor_bytes"]

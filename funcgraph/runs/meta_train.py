@@ -50,7 +50,14 @@ from ..placement import placed_model, resolve_device
 from ..random import Key
 from ..train import Groups, LoopConfig, Optimizer, Run, adam, cosine_lr, run_loop, sgd
 from .curves import write_curves
-from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory, fmt_bytes
+from .memory import (
+    MemoryEstimate,
+    allocated_bytes,
+    available_bytes,
+    check_memory,
+    check_task_sizes,
+    fmt_bytes,
+)
 from .options import check_count, check_rate
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
@@ -429,6 +436,7 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     if not cfg.model:
         cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
     model = run_model(cfg, place)
+    check_task_sizes(model, cfg, sources, device)  # from shapes, before anything is allocated
     learner = build_learner(cfg, sources, model)
     params = init_params(cfg, learner, model)
     per_task = check_fit(learner, params, sources)

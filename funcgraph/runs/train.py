@@ -40,7 +40,7 @@ from ..train.supervised import (
     train_step,
 )
 from .curves import write_curves
-from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_memory
+from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_fit_sizes, check_memory
 from .options import check_count, check_rate
 from .probe import probe
 from .resolve import resolve_model, with_overrides
@@ -227,6 +227,7 @@ def plan_fit(cfg: TrainConfig, device: torch.device, *, place: str | None = None
     if place is not None:
         model = placed_model(model, place)
     loss_fn = _loss_fn(cfg.loss)
+    check_fit_sizes(model, cfg.data, cfg.batch_size, device)  # before anything is allocated
     k_init, k_train, k_val = random.split(random.key(cfg.seed, device=device), 3)
     sample, val, num_classes = load_data(cfg.data, k_val)
     params, state = model.init(k_init)
