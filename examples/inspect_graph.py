@@ -9,6 +9,7 @@ Run: python examples/inspect_graph.py [--depth 20] [--mermaid graph.mmd]
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from funcgraph import random
@@ -16,7 +17,18 @@ from funcgraph.debug import capture, diff, render, trace
 from funcgraph.models.resnet import resnet
 
 
-def main(argv: list[str] | None = None) -> None:
+@dataclass(frozen=True)
+class Seen:
+    """What the example measured: op counts of the eval graph and of two training draws, and
+    the residual bodies each draw ran alone."""
+
+    eval_ops: int
+    train_ops: tuple[int, int]
+    only_a: tuple[str, ...]
+    only_b: tuple[str, ...]
+
+
+def main(argv: list[str] | None = None) -> Seen:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--depth", type=int, default=20, help="ResNet depth, 6n + 2")
     parser.add_argument("--mermaid", type=Path, help="also write the eval graph as Mermaid")
@@ -38,6 +50,11 @@ def main(argv: list[str] | None = None) -> None:
     print("  blocks that ran only with key 11:", list(d.blocks_only_b) or "none")
     print(f"  ops only in one of them: {len(d.only_a)} / {len(d.only_b)}")
 
+    # Evaluation runs every block; a training draw runs a subset, so never more ops.
+    assert len(a) <= len(full) and len(b) <= len(full), (len(full), len(a), len(b))
+    assert set(d.blocks_only_a).isdisjoint(d.blocks_only_b)
+    assert bool(d.only_a) == bool(d.blocks_only_a) and bool(d.only_b) == bool(d.blocks_only_b)
+
     t = trace(model.apply)(params, state, x)
     total: dict[str, float] = {}
     for r in t.ops:
@@ -49,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.mermaid is not None:
         args.mermaid.write_text(render.mermaid(full.collapse(2)) + "\n")
         print(f"\nwrote {args.mermaid}")
+    return Seen(len(full), (len(a), len(b)), tuple(d.blocks_only_a), tuple(d.blocks_only_b))
 
 
 if __name__ == "__main__":
