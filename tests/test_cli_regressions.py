@@ -139,3 +139,15 @@ def test_onnx_without_its_packages_writes_nothing(tmp_path: Path,
                        str(tmp_path / "m.onnx"))
     assert code == 2 and "nothing was written" in one_error_line(output), output
     assert not (tmp_path / "m.pt2").exists() and not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("value,shown", [("abc", "'abc'"), ("0", "0"), ("1.5", "1.5"),
+                                         ("true", "True")])
+def test_train_data_settings_are_typed_before_use(value: str, shown: str) -> None:
+    code, output = run("train", "--model", "rnn", "--set", f"data.max_length={value}",
+                       "--dry-run", "--steps", "1")
+    line = one_error_line(output)
+    assert code == 2 and line == (f"error: --set data.max_length: expected an int >= 1, got "
+                                  f"{shown}"), output
+    code, output = run("train", "--set", "data.split=5", "--dry-run", "--steps", "1")
+    assert code == 2 and "--set data.split: expected a name, got 5" in one_error_line(output)

@@ -144,6 +144,12 @@ def train_config(
     if unknown:
         raise ConfigError(f"--set data.{unknown[0]}: unknown {data_name} option; expected one "
                           f"of {sorted(DATA_DEFAULTS[data_name])}")
+    for name, value in data_sets.items():  # typed as the default is, before anything reads it
+        if isinstance(DATA_DEFAULTS[data_name][name], int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"--set data.{name}: expected an int >= 1, got {value!r}")
+        elif not isinstance(value, str):
+            raise ConfigError(f"--set data.{name}: expected a name, got {value!r}")
     data = {"name": data_name, **DATA_DEFAULTS[data_name], **data_sets}
     spec = base["model"]
     if "factory" not in spec:  # built-in models and genotypes: size the head from the data
