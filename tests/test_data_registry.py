@@ -234,3 +234,18 @@ def test_a_users_own_dataset_meta_trains_with_import(
     config = json.loads((out / "config.json").read_text())
     assert config["dataset"] == "shades" and config["model"]["image_size"] == 8, config
     assert config["model"]["in_channels"] == 1, config
+
+
+def test_reading_the_table_loads_no_dataset_module() -> None:
+    """The CLI builds --dataset's help from the table when it starts: the built-in entries'
+    "module:attribute" strings keep every loader, generator and image reader unloaded."""
+    import subprocess
+    import sys
+
+    probe = ("import json, sys\nfrom funcgraph.data import registry\n"
+             "registry.dataset_help(), registry.image_size_help(), registry.dataset_type('cub')\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                       text=True, check=True).stdout.splitlines()[-1])
+    modules = [m for m in loaded if m.startswith(("funcgraph.data.", "PIL"))]
+    assert modules == ["funcgraph.data.registry"], modules
