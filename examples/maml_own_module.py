@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
 from torch import Tensor, nn
 
 import funcgraph as fg

@@ -1,5 +1,7 @@
-"""Property tests for your own ``torch.nn.Module``: run ``pytest examples/property_tests_own_model.py``
-(or ``python examples/property_tests_own_model.py``, which runs pytest on this file).
+"""Property tests for your own ``torch.nn.Module``.
+
+Run ``pytest examples/property_tests_own_model.py`` (or ``python
+examples/property_tests_own_model.py``, which runs pytest on this file).
 
 The module is converted once with ``funcgraph.from_module``; hypothesis then draws what the
 tests need from :mod:`funcgraph.testing.strategies`:

@@ -138,10 +138,11 @@ def params_for(
     By default the values are ``model.init(key)`` for a drawn key, i.e. realistic
     initialisations, a different one per key (a converted ``nn.Module`` draws through its
     ``reset_parameters``, see :func:`funcgraph.from_module`; with ``init="copy"`` it would give
-    the module's one parameter set every time). With ``min_value``/``max_value``, every floating tensor is instead drawn
-    element by element from that range (integer tensors keep their init values), which finds
-    edge cases such as all-zero or saturating weights. With ``with_state=True`` the strategy
-    gives ``(params, state)`` where ``state`` is the model's initial state.
+    the module's one parameter set every time). With ``min_value``/``max_value``, every
+    floating tensor is instead drawn element by element from that range (integer tensors keep
+    their init values), which finds edge cases such as all-zero or saturating weights. With
+    ``with_state=True`` the strategy gives ``(params, state)`` where ``state`` is the model's
+    initial state.
 
     Example::
 
