@@ -140,8 +140,13 @@ def test_leaving_the_group_after_a_torch_func_transform_stops_gloo_threads(tmp_p
 def test_single_process_env_is_a_no_op():
     env = distributed.init()
     assert env == distributed.DistEnv() and env.is_main and not env.active
-    g = {"w": torch.ones(2)}
-    assert distributed.all_reduce_mean(g, env)["w"] is not None
+    g = {"w": torch.tensor([1.5, -2.0]), "b": torch.tensor(3.0)}
+    out = distributed.all_reduce_mean(g, env)
+    assert set(out) == {"w", "b"}, out
+    # One process: the mean over ranks is the value itself, bit for bit, and g is untouched.
+    assert torch.equal(out["w"], torch.tensor([1.5, -2.0])) and torch.equal(out["b"],
+                                                                            torch.tensor(3.0))
+    assert torch.equal(g["w"], torch.tensor([1.5, -2.0])), "the argument was mutated"
     distributed.assert_in_sync(g, env, 0)
 
 

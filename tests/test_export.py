@@ -201,12 +201,21 @@ def test_load_of_a_missing_or_foreign_file_is_an_export_error(tmp_path: Path) ->
         read_metadata(tmp_path / "junk.pt2")
 
 
-@pytest.mark.skipif(onnx_available(), reason="onnx is installed: the real export runs below")
-def test_onnx_without_onnx_says_what_to_install(tmp_path: Path) -> None:
+@pytest.mark.parametrize("missing", ["onnx", "onnxscript"])
+def test_onnx_without_onnx_says_what_to_install(tmp_path: Path, missing: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Either package missing (simulated: a ``None`` entry in ``sys.modules`` makes it
+    unimportable) is named with the install command, and nothing is written."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, missing, None)
+    assert not onnx_available()
     model = convnet()
     params, state = model.init(random.key(0))
-    with pytest.raises(ExportError, match="onnx and onnxscript"):
+    with pytest.raises(ExportError, match=r"ONNX export needs the onnx and onnxscript packages.*"
+                                          r"pip install"):
         export_onnx(model, params, state, torch.ones(2, 1, 4, 4), tmp_path / "m.onnx")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(not onnx_available(), reason="onnx/onnxscript not installed")

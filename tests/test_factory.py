@@ -95,6 +95,9 @@ def test_conv_stack_infers_channels_and_features() -> None:
     y, new_state = built.model.apply(params, state, random.normal(random.key(1), (2, 3, 12, 12)),
                                      train=True)
     assert y.shape == (2, 5) and "1.running_mean" in new_state
+    assert torch.isfinite(y).all() and y.std() > 0, f"outputs not finite or all equal: {y}"
+    moved = new_state["1.running_mean"] - state["1.running_mean"]
+    assert torch.isfinite(moved).all() and moved.abs().max() > 0, "train mode updates the stats"
 
 
 def test_conv_batch_norm_layer_equals_the_nn_block_with_inferred_channels() -> None:
@@ -124,8 +127,15 @@ def test_residual_parallel_and_refs_to_shapes() -> None:
     params, state = built.model.init(random.key(0))
     assert params["1.body.0.weight"].shape == (10, 10)
     assert params["2.1.weight"].shape == (5, 10)
-    y, _ = built.model.apply(params, state, torch.ones(2, 6))
+    x = torch.ones(2, 6)
+    y, _ = built.model.apply(params, state, x)
     assert y.shape == (2, 8) == built.output_shape
+    lin = torch.nn.functional.linear
+    stem = lin(x, params["stem.weight"], params["stem.bias"])
+    h = stem + torch.tanh(lin(stem, params["1.body.0.weight"], params["1.body.0.bias"]))
+    want = torch.cat([lin(h, params["2.0.weight"], params["2.0.bias"]),
+                      lin(h, params["2.1.weight"], params["2.1.bias"])], dim=-1)
+    torch.testing.assert_close(y, want, msg="residual, then the two branches concatenated")
 
 
 def test_embedding_with_integer_input_and_model_node() -> None:
@@ -134,8 +144,12 @@ def test_embedding_with_integer_input_and_model_node() -> None:
         {"type": "linear", "params": {"out_features": 3}}]}
     built = build(config)
     params, state = built.model.init(random.key(0))
-    y, _ = built.model.apply(params, state, torch.randint(0, 20, (2, 7)))
+    tokens = torch.randint(0, 20, (2, 7), generator=torch.Generator().manual_seed(0))
+    y, _ = built.model.apply(params, state, tokens)
     assert y.shape == (2, 7, 3) == built.output_shape
+    table = params[next(n for n in params if n.startswith("0."))]
+    want = torch.nn.functional.linear(table[tokens], params["1.weight"], params["1.bias"])
+    torch.testing.assert_close(y, want, msg="an embedding lookup, then the linear layer")
 
 
 def test_model_meta_keeps_config_with_overrides() -> None:

@@ -71,7 +71,7 @@ def test_generated_valid_configs_build_init_and_run(case: tuple[dict[str, Any], 
     y, _ = built.model.apply(params, state, x)
     assert y.shape == (batch, width) and torch.isfinite(y).all()
     y_train, _ = built.model.apply(params, state, x, key=random.key(seed), train=True)
-    assert y_train.shape == (batch, width)
+    assert y_train.shape == (batch, width) and torch.isfinite(y_train).all()
 
 
 NOT_POSITIVE_INTS = st.one_of(

@@ -69,6 +69,11 @@ def test_run_directory_holds_config_metrics_checkpoints_and_test(tmp_path: Path)
     assert "validation" in kinds and kinds[-1] == "test"
     test = run.metrics()[-1]
     assert test["episodes"] == 6 and 0.0 <= test["acc"] <= 1.0 and test["acc_ci95"] >= 0
+    # 6 tasks of WAYS queries: the accuracy counts correct queries, a multiple of 1/(6 WAYS),
+    # and a 95% CI of six [0, 1] scores is at most 1.96 * 0.5 * sqrt(6/5) / sqrt(6).
+    correct = test["acc"] * 6 * WAYS
+    assert abs(correct - round(correct)) < 1e-6, f"acc {test['acc']} is no count of queries"
+    assert test["acc_ci95"] <= 1.96 * 0.5 / 5 ** 0.5 + 1e-9, test
     assert run.has_checkpoint("last") and run.has_checkpoint("best")
     assert result.test.episodes == 6  # type: ignore[attr-defined]
 

@@ -77,6 +77,8 @@ def test_search_writes_genotype_history_heatmap_and_summary(whole: tuple[Path, A
         torch.testing.assert_close(torch.tensor(history[-1][kind]), weights[kind], atol=1e-6,
                                    rtol=0, msg=f"last history record vs final {kind} alphas")
     assert 0.0 <= result.val_acc <= 1.0 and summary["val_acc"] == result.val_acc, summary
+    correct = result.val_acc * len(DATA.val_y)  # a count of validation images, not a mean
+    assert abs(correct - round(correct)) < 1e-9, f"val_acc {result.val_acc} of 8 images"
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert len(losses) == 2 and all(math.isfinite(v) for v in losses), losses
 
@@ -133,6 +135,8 @@ def test_second_order_and_partial_channels_run(tmp_path: Path) -> None:
     weights = arch_weights(Run.open(tmp_path / "run").load("last")[0]["arch"])
     assert g == derive_genotype(weights, skip_cap=1), "not derived from the final alphas"
     assert result.steps_done == 1 and 0.0 <= result.val_acc <= 1.0, result
+    correct = result.val_acc * len(DATA.val_y)
+    assert abs(correct - round(correct)) < 1e-9, f"val_acc {result.val_acc} of 8 images"
 
 
 def test_user_mistakes_are_clear_errors(tmp_path: Path, whole: tuple[Path, Any]) -> None:

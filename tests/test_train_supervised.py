@@ -106,6 +106,8 @@ def test_train_resnet_sd_writes_a_run_survives_ctrl_c_and_resumes_bit_identicall
     assert len(val) == 4 and val[-1] < val[0], f"validation loss did not decrease: {val}"
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in records), records
     assert records[-1]["kind"] == "final" and records[-1]["loss"] == val[-1], records[-1]
+    last_val = [r for r in records if r["kind"] == "validation"][-1]
+    assert records[-1]["accuracy"] == last_val["accuracy"], "final record = last validation"
     config = json.loads((tmp_path / "full/config.json").read_text())
     assert config["model"]["name"] == "resnet" and config["model"]["num_classes"] == 4
     # Ctrl-C during step 3 of 4, then --resume: the same tensors as the uninterrupted run.
@@ -154,6 +156,11 @@ def test_train_rnn_and_early_exit(tiny_glyphs: None, tmp_path: Path) -> None:
         assert len(val) == 3 and val[-1] < val[0], f"{run}: validation loss rose: {val}"
         assert all(0.0 <= r["accuracy"] <= 1.0 for r in records), f"{run}: {records}"
         assert records[-1]["kind"] == "final", f"{run}: last record {records[-1]}"
+        last_val = [r for r in records if r["kind"] == "validation"][-1]
+        assert records[-1]["accuracy"] == last_val["accuracy"], f"{run}: final != validation"
+        if run == "rnn":  # 16 validation sequences: the accuracy counts them
+            correct = records[-1]["accuracy"] * 16
+            assert abs(correct - round(correct)) < 1e-6, records[-1]
     ee = [r for r in records if r["kind"] == "train"]
     assert ee and all(0.0 <= r["exit_rate"] <= 1.0 for r in ee), f"early exit: {ee}"
 
@@ -189,3 +196,4 @@ def test_train_genotype_hook(tiny_glyphs: None, tmp_path: Path) -> None:
     final, last_val = records[-1], [r for r in records if r["kind"] == "validation"][-1]
     assert final["kind"] == "final" and final["step"] == 2, final
     assert 0.0 <= final["accuracy"] <= 1.0 and final["loss"] == last_val["loss"], records
+    assert final["accuracy"] == last_val["accuracy"], records
