@@ -93,7 +93,7 @@ def test_broken_sidecar_or_config_is_a_checkpoint_error(tmp_path: Path) -> None:
     sidecar = tmp_path / "r" / "checkpoints" / "last.json"
     meta = json.loads(sidecar.read_text())
     sidecar.write_text(json.dumps({**meta, "step": "two"}))
-    with pytest.raises(CheckpointError, match="step must be an int"):
+    with pytest.raises(CheckpointError, match="field 'step' must be an int >= 0, got 'two'"):
         Run.create(tmp_path / "r", {"steps": 3}, resume=True)
     sidecar.write_text(json.dumps(meta))
     config = tmp_path / "r" / "config.json"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -143,8 +144,8 @@ def _verify(
 
 
 def _read_sidecar(meta_path: Path) -> dict[str, Any]:
-    """The sidecar's metadata, checked: valid JSON with the tensor file's name, its hash and,
-    when present, a step that is an int >= 0 (a hand-edited sidecar is refused here)."""
+    """The sidecar's metadata, checked as data (:func:`check_sidecar`): a tampered or foreign
+    sidecar is one :class:`CheckpointError` here, before any field is used."""
     if not meta_path.exists():
         raise CheckpointError(
             f"checkpoint {meta_path} not found (a checkpoint is NAME.json + its .safetensors)"
@@ -153,12 +154,77 @@ def _read_sidecar(meta_path: Path) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint {meta_path}: sidecar is not valid JSON ({e})") from None
-    if not isinstance(meta, dict) or "sha256" not in meta or "tensors" not in meta:
-        raise CheckpointError(f"checkpoint {meta_path}: sidecar lacks the sha256/tensors fields")
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {meta_path}: cannot be read ({e.strerror or e})"
+                              ) from None
+    check_sidecar(meta, meta_path)
+    return meta
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_OPTIONAL: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "torch": (str, "a version string"),
+    "best_value": ((int, float, type(None)), "a number or null"),
+    "strategy": ((str, type(None)), "a strategy name or null"),
+    "device": (str, "a device type"),
+    "world_size": (int, "an int >= 1"),
+    "stopped_early": (bool, "true or false"),
+    "stop_reason": ((str, type(None)), "a reason or null"),
+    "config": (dict, "a JSON object"),
+}
+"""Fields a run's loop may add, with their type: checked when present."""
+
+
+def check_sidecar(meta: Any, where: Path | str = "sidecar") -> None:
+    """Check every field the loaders read, by type and range: ``format`` (the version this
+    code writes), ``tensors`` (a bare ``.safetensors`` file name), ``sha256`` (64 lowercase hex
+    digits), ``groups`` (a list of group names), ``names`` (group -> list of tensor names),
+    ``step`` (an int >= 0) and the optional fields of :data:`_OPTIONAL`.
+
+    Raises:
+        CheckpointError: naming the sidecar, the field, the expected form and the value.
+    """
+    def bad(field: str, expected: str, value: Any) -> CheckpointError:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return CheckpointError(f"checkpoint {where}: field {field!r} must be {expected}, got "
+                               f"{shown}; the sidecar was edited or is not a funcgraph "
+                               "checkpoint")
+
+    if not isinstance(meta, dict):
+        raise bad("(top level)", "a JSON object", meta)
+    for field in ("sha256", "tensors"):
+        if field not in meta:
+            raise CheckpointError(f"checkpoint {where}: sidecar lacks the {field} field")
+    fmt = meta.get("format", FORMAT_VERSION)
+    if isinstance(fmt, bool) or fmt != FORMAT_VERSION:
+        raise bad("format", f"{FORMAT_VERSION} (the version this funcgraph writes)", fmt)
+    tensors = meta["tensors"]
+    if not (isinstance(tensors, str) and tensors.endswith(".safetensors")
+            and Path(tensors).name == tensors):
+        raise bad("tensors", "a .safetensors file name beside the sidecar", tensors)
+    if not (isinstance(meta["sha256"], str) and _HEX64.fullmatch(meta["sha256"])):
+        raise bad("sha256", "64 lowercase hex digits", meta["sha256"])
+    groups = meta.get("groups", [])
+    if not (isinstance(groups, list) and all(isinstance(g, str) and g for g in groups)):
+        raise bad("groups", "a list of group names", groups)
+    names = meta.get("names", {})
+    if not (isinstance(names, dict) and all(
+            isinstance(ns, list) and all(isinstance(n, str) for n in ns) for ns in names.values())):
+        raise bad("names", "an object of group name -> list of tensor names", names)
     step = meta.get("step", 0)
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"checkpoint {meta_path}: step must be an int >= 0, got {step!r}")
-    return meta
+        raise bad("step", "an int >= 0", step)
+    for field, (kind, expected) in _OPTIONAL.items():
+        value = meta.get(field)
+        if field in meta and (not isinstance(value, kind) or (
+                isinstance(value, bool) and bool not in _as_tuple(kind))):
+            raise bad(field, expected, value)
+    if isinstance(meta.get("world_size"), int) and meta["world_size"] < 1:
+        raise bad("world_size", "an int >= 1", meta["world_size"])
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
 
 
 def checkpoint_step(path: str | Path) -> int:
@@ -171,4 +237,5 @@ def checkpoint_exists(path: str | Path) -> bool:
     return _meta_path(path).exists()
 
 
-__all__ = ["checkpoint_exists", "checkpoint_step", "load_checkpoint", "save_checkpoint"]
+__all__ = ["check_sidecar", "checkpoint_exists", "checkpoint_step", "load_checkpoint",
+           "save_checkpoint"]
