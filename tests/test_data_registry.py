@@ -143,6 +143,15 @@ def test_a_target_that_does_not_import_names_itself(forget: list[str]) -> None:
         task_sources("gone")
 
 
+def test_each_kind_refuses_the_other_kinds_function() -> None:
+    with pytest.raises(ConfigError, match="dataset 'sinusoid' is regression: it has no splits "
+                                          "to load"):
+        dataset_type("sinusoid").load_split("train")
+    with pytest.raises(ConfigError, match="dataset 'glyphs' is classification: it loads "
+                                          "splits, it does not sample regression tasks"):
+        dataset_type("glyphs").sampler()
+
+
 def test_a_data_root_is_refused_for_a_generated_dataset() -> None:
     check_data_root("omniglot", "/data")
     check_data_root("glyphs", None)
@@ -234,6 +243,9 @@ def test_a_users_own_dataset_meta_trains_with_import(
     config = json.loads((out / "config.json").read_text())
     assert config["dataset"] == "shades" and config["model"]["image_size"] == 8, config
     assert config["model"]["in_channels"] == 1, config
+    result = runner.invoke(app, ["evaluate", str(out), "--import", module, "--episodes", "3",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0 and "3 tasks" in result.output, result.output
 
 
 def test_reading_the_table_loads_no_dataset_module() -> None:
