@@ -148,6 +148,15 @@ def test_missing_or_empty_layout_is_a_data_error(
         load_folder(root, "train", image_size=SIZE, cache_dir=cache)
 
 
+@pytest.mark.parametrize("load", [load_folder, load_mini_imagenet, load_cub])
+def test_every_loader_refuses_a_split_alike(tmp_path: Path, cache: Path,
+                                            load: Callable[..., Any]) -> None:
+    """One start for the three layouts: the same refusal, naming the loader."""
+    with pytest.raises(ConfigError, match=rf"^{load.__name__}: unknown split 'background'; "
+                                          r"expected one of \['train', 'val', 'test'\]$"):
+        load(tmp_path, "background", cache_dir=cache)
+
+
 def test_bad_arguments_are_config_or_data_errors(tmp_path: Path, cache: Path) -> None:
     with pytest.raises(ConfigError, match="unknown split 'background'"):
         load_folder(tmp_path, "background", cache_dir=cache)
