@@ -7,6 +7,7 @@ match it and leave the original module (params, buffers, train/eval mode) untouc
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -150,15 +151,15 @@ def test_from_module_under_grad_and_vmap_equals_loop(train: bool) -> None:
 class _OwnNet(nn.Module):
     """A user's module: conv (or linear) -> BatchNorm with running statistics -> ReLU -> head."""
 
-    def __init__(self, dims: int) -> None:
+    def __init__(self, dims: int, **norm: Any) -> None:
         super().__init__()
         if dims == 1:
             self.body: nn.Module = nn.Linear(6, 3)
-            self.norm: nn.Module = nn.BatchNorm1d(3)
+            self.norm: nn.Module = nn.BatchNorm1d(3, **norm)
         elif dims == 2:
-            self.body, self.norm = nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3)
+            self.body, self.norm = nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3, **norm)
         else:
-            self.body, self.norm = nn.Conv3d(1, 3, 2), nn.BatchNorm3d(3)
+            self.body, self.norm = nn.Conv3d(1, 3, 2), nn.BatchNorm3d(3, **norm)
         self.head = nn.Linear(3, 4)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -198,15 +199,24 @@ def _autograd_reference(module: nn.Module, params: Params, tasks: fg.meta.Task) 
     return dict(zip(leaves, grads, strict=True))
 
 
-@pytest.mark.parametrize("dims", [1, 2, 3])
-def test_own_module_with_batch_norm_meta_gradients_equal_autograd(dims: int) -> None:
+NORMS: dict[str, tuple[int, dict[str, Any]]] = {
+    "1d": (1, {}), "2d": (2, {}), "3d": (3, {}),
+    "2d cumulative average": (2, {"momentum": None}),
+    "2d without running statistics": (2, {"track_running_stats": False}),
+    "1d without affine": (1, {"affine": False}),
+}
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_own_module_with_batch_norm_meta_gradients_equal_autograd(norm: str) -> None:
     """vmap == threads == loop == a plain autograd MAML on the nn.Module, float64. Before
     from_module made batch norm transform-safe, vmap died in torch ("running_mean ... were
     not batched"); torch's native kernel under vmap is ~1e-2 off (tests/test_vmap_batch_norm)."""
-    module = _OwnNet(dims).double()
+    dims, options = NORMS[norm]
+    module = _OwnNet(dims, **options).double()
     model = fg.from_module(module)
     params, state = model.init(fg.random.key(0))
-    assert "norm.running_mean" in state, "the running statistics must be part of the test"
+    assert ("norm.running_mean" in state) == options.get("track_running_stats", True)
     tasks = _tasks(dims)
     learner = fg.meta.maml(fg.bind(model, state, train=True), inner_lr=INNER_LR,
                            inner_steps=INNER_STEPS)
@@ -254,3 +264,19 @@ def test_batch_norm_of_one_value_per_channel_is_a_shape_error() -> None:
                                                    r"more than one value per channel, got input "
                                                    r"\(1, 3\)"):
         grad(lambda p: model.apply(p, state, one, train=True)[0].sum())(params)
+
+
+def test_threads_run_their_own_copy_of_a_module_without_batch_norm() -> None:
+    """functional_call swaps tensors into the module for the call: concurrent calls on one
+    module would read each other's params, so other threads run a copy."""
+    module = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4)).double()
+    model = fg.from_module(module)
+    params, state = model.init(fg.random.key(0))
+    learner = fg.meta.maml(fg.bind(model, state), inner_lr=INNER_LR, inner_steps=INNER_STEPS)
+    tasks = _tasks(1)
+    loop, _, _ = fg.meta.mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
+    for _ in range(3):
+        threads, _, _ = fg.meta.mean_task_grads(learner.task_grad, params, tasks,
+                                                strategy="threads", workers=3)
+        for n in loop:
+            torch.testing.assert_close(threads[n], loop[n], rtol=1e-12, atol=1e-12, msg=n)
