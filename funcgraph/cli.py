@@ -1,7 +1,9 @@
 """The ``funcgraph`` command line: a Typer app that mounts one module per command.
 
 Commands live in :mod:`funcgraph.commands`; to add one, write a module there with a
-``register(app)`` function and name it in ``COMMANDS`` below.
+``register(app)`` function and name it in ``COMMANDS`` below. Every command gets the help
+layout of :mod:`funcgraph.commands.help_layout` (rich panels in a terminal, plain text with
+full flag names elsewhere).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import importlib
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
+from .commands import help_layout
 from .version import __version__
 
 COMMANDS = [
@@ -32,6 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    cls=help_layout.Group,
 )
 
 
@@ -51,8 +56,20 @@ def _root(
     """funcgraph: every model a pure function over a parameter dict."""
 
 
+def _with_help_layout(typer_app: typer.Typer) -> None:
+    """Give each command registered on ``typer_app`` (and on its groups) the help layout,
+    unless it chose a class of its own."""
+    for command in typer_app.registered_commands:
+        if command.cls in (None, TyperCommand):  # typer's default (None in older releases)
+            command.cls = help_layout.Command
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _with_help_layout(group.typer_instance)
+
+
 for _name in COMMANDS:
     importlib.import_module(f"funcgraph.commands.{_name}").register(app)
+_with_help_layout(app)
 
 
 def main() -> None:
@@ -74,7 +91,10 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except usage_error as e:
-        if not e.format_message():  # no command given: click has already printed the usage
+        if type(e).__name__ == "NoArgsIsHelpError" or not e.format_message():
+            # no command given: the message is the help (rich has already printed it)
+            if e.format_message():
+                typer.echo(e.format_message())
             sys.exit(USER_ERROR_EXIT)
         hint = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
         err_console.print(f"[red]error:[/red] {escape(e.format_message() + hint)}",

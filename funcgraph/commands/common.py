@@ -26,6 +26,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR_EXIT = 2
 
+RUN_PANEL = "Run"
+DEVICES_PANEL = "Devices and processes"
+MODEL_PANEL = "Model"
+"""Help panels (``rich_help_panel=``) the shared options sit in; a command groups its own
+options in panels of its own beside these (``--help`` prints one section per panel)."""
+
 
 def fail(message: str) -> typer.Exit:
     """Print ``message`` as one red line on stderr and return the exit to raise (code 2).
@@ -89,14 +95,16 @@ def user_errors(fn: F) -> F:
 
 
 NprocOption = Annotated[int, typer.Option(
-    min=1, max=256,
+    min=1, max=256, rich_help_panel=DEVICES_PANEL,
     help="Data-parallel processes on this machine (spawned with torchrun); each takes "
                 "its slice of every batch.")]
 BackendOption = Annotated[str, typer.Option(
+    rich_help_panel=DEVICES_PANEL,
     help="torch.distributed backend under torchrun or --nproc: auto (nccl on CUDA, else "
          "gloo), gloo, nccl.")]
 DistTimeoutOption = Annotated[float, typer.Option(
-    min=1.0, max=86400.0, help="Seconds a rank waits for the others before the job fails.")]
+    min=1.0, max=86400.0, rich_help_panel=DEVICES_PANEL,
+    help="Seconds a rank waits for the others before the job fails.")]
 
 
 def distributed_env(
@@ -123,7 +131,7 @@ def distributed_env(
 
 
 ThreadsOption = Annotated[int, typer.Option(
-    min=0, max=4096,
+    min=0, max=4096, rich_help_panel=DEVICES_PANEL,
     help="CPU threads for torch (0: torch's default, one per core). Each command's default "
          "is the faster one measured on a 2-core machine (docs/cli.md).")]
 
@@ -138,15 +146,17 @@ def use_threads(threads: int) -> None:
 
 DeviceOption = Annotated[
     str,
-    typer.Option(help="Device: auto (CUDA, then MPS, else CPU), cpu, cuda, cuda:N or mps."),
+    typer.Option(rich_help_panel=DEVICES_PANEL,
+                 help="Device: auto (CUDA, then MPS, else CPU), cpu, cuda, cuda:N or mps."),
 ]
-SeedOption = Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Seed of the run's root key.")]
+SeedOption = Annotated[int, typer.Option(min=0, max=2**31 - 1, rich_help_panel=RUN_PANEL,
+                                          help="Seed of the run's root key.")]
 TensorBoardOption = Annotated[bool, typer.Option(
-    "--tensorboard", envvar="FUNCGRAPH_TENSORBOARD",
+    "--tensorboard", envvar="FUNCGRAPH_TENSORBOARD", rich_help_panel=RUN_PANEL,
     help="Also write TensorBoard event files (RUN_DIR/events/) with the logged scalars; needs "
          "the tensorboard package.")]
 ImportOption = Annotated[list[str] | None, typer.Option(
-    "--import", envvar="FUNCGRAPH_IMPORT",
+    "--import", envvar="FUNCGRAPH_IMPORT", rich_help_panel=RUN_PANEL,
     help="Import this Python module first, so layers, models or ops it registers can be "
          "named (repeatable; FUNCGRAPH_IMPORT takes several, space-separated).")]
 
@@ -165,15 +175,39 @@ def import_plugins(modules: list[str] | None) -> None:
             raise ConfigError(f"--import {name}: {type(e).__name__}: {e}") from None
 
 
+def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, resume: bool,
+              out: Path | None) -> None:
+    """The start every training command (``meta-train``, ``train``, ``search``) shares.
+
+    Keep freed activation memory for reuse (:func:`funcgraph.allocator.keep_freed_memory`),
+    apply ``--threads``, import the ``--import`` modules (before any name they register is
+    looked up), refuse ``--tensorboard`` without the tensorboard package and ``--resume``
+    without ``--out``: each mistake exits before data or model are built.
+    """
+    from ..allocator import keep_freed_memory
+    from ..train.events import require_tensorboard
+
+    keep_freed_memory()
+    use_threads(threads)
+    import_plugins(imports)
+    if tensorboard:
+        require_tensorboard()
+    if resume and out is None:
+        raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
+                                 param_hint="--resume")
+
+
 PlaceOption = Annotated[str | None, typer.Option(
-    "--place", help="Placement plan spreading the model's params over devices, e.g. "
-                    "'stem=cuda:0,*=cuda:1' (longest prefix wins; * for the rest). "
-                    "Activations follow their params.")]
+    "--place", rich_help_panel=DEVICES_PANEL,
+    help="Placement plan spreading the model's params over devices, e.g. "
+         "'stem=cuda:0,*=cuda:1' (longest prefix wins; * for the rest). "
+         "Activations follow their params.")]
 
 
 DryRunOption = Annotated[bool, typer.Option(
-    "--dry-run", help="Check everything (options, data, model, one step, memory), print the "
-                      "resolved config, and write nothing.")]
+    "--dry-run", rich_help_panel=RUN_PANEL,
+    help="Check everything (options, data, model, one step, memory), print the resolved "
+         "config, and write nothing.")]
 
 
 def show_plan(config: dict[str, Any], lines: list[str]) -> None:

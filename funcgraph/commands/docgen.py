@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 import typer.main
 
+from . import help_layout
 from .common import user_errors
 
 HEADER = """# CLI reference
@@ -68,17 +69,13 @@ def _render_command(path: str, command: Any, ctx: Any) -> list[str]:
         lines += [_help_text(command.help), ""]
     pieces = " ".join(command.collect_usage_pieces(ctx))
     lines += [f"Usage: `{path} {pieces}`".rstrip(), ""]
-    rows = [
-        (p.param_type_name, p.get_help_record(ctx))
-        for p in command.params
-        if not getattr(p, "hidden", False)
-    ]
-    for kind, title in (("argument", "Argument"), ("option", "Option")):
-        records = [r for k, r in rows if k == kind and r is not None]
-        if records:
-            lines += [f"| {title} | Description |", "|---|---|"]
-            lines += [f"| `{_cell(name)}` | {_cell(text)} |" for name, text in records]
-            lines.append("")
+    for title, shown in help_layout.sections(command, ctx).items():
+        records = [(name, text) for name, text in shown if name != "--help"]  # every one has it
+        if not records:
+            continue
+        lines += [f"| {title} | Description |", "|---|---|"]
+        lines += [f"| `{_cell(name)}` | {_cell(text)} |" for name, text in records]
+        lines.append("")
     return lines
 
 

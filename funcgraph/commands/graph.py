@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from .common import (
+    MODEL_PANEL,
     DeviceOption,
     ImportOption,
     PlaceOption,
@@ -18,8 +19,7 @@ from .common import (
     user_errors,
 )
 
-if TYPE_CHECKING:
-    from ..model import Model
+OUTPUT_PANEL = "Output"
 
 
 class GraphFormat(StrEnum):
@@ -29,40 +29,33 @@ class GraphFormat(StrEnum):
     svg = "svg"
 
 
-def model_input_shape(model: Model, given: str | None) -> tuple[int, ...]:
-    """The input shape from ``--input-shape``, else the model config's ``input_shape``."""
-    from ..errors import ConfigError
-
-    if given:
-        return parse_shape(given)
-    recorded = model.meta.get("input_shape")
-    if recorded:
-        return tuple(int(d) for d in recorded)
-    raise ConfigError(f"model {model.name!r} records no input shape; pass --input-shape, "
-                      "e.g. --input-shape 1,1,28,28")
-
-
 @user_errors
 def graph(
-    model: Annotated[str, typer.Option("--model", "-m",
-                                       help="Registered model name or config file.")],
+    model: Annotated[str, typer.Option(
+        "--model", "-m", rich_help_panel=MODEL_PANEL,
+        help="Registered model name or config file.")],
     input_shape: Annotated[str | None, typer.Option(
+        rich_help_panel=MODEL_PANEL,
         help="Input shape with batch dim, e.g. 1,1,28,28 (default: the config's).")] = None,
-    fmt: Annotated[GraphFormat, typer.Option("--format", "-f", help="Output format.")] =
-        GraphFormat.text,
-    seed: Annotated[int, typer.Option(min=0, max=2**31 - 1,
-                                             help="Seed of params, input and model key.")] = 0,
-    train: Annotated[bool, typer.Option(
-        "--train/--eval", help="Train mode: stochastic depth and dropout draw from the key.")]
-        = False,
-    depth: Annotated[int, typer.Option(
-        min=0, max=100,
-        help="Collapse blocks deeper than this many name levels (0: every op).")] = 0,
     overrides: Annotated[list[str] | None, typer.Option(
-        "--set", "-s", help="Model override KEY=VALUE (repeatable).")] = None,
-    device: DeviceOption = "auto",
-    out: Annotated[Path | None, typer.Option(help="Write here instead of printing.")] = None,
+        "--set", "-s", rich_help_panel=MODEL_PANEL,
+        help="Model override KEY=VALUE (repeatable).")] = None,
+    seed: Annotated[int, typer.Option(
+        min=0, max=2**31 - 1, rich_help_panel=MODEL_PANEL,
+        help="Seed of params, input and model key.")] = 0,
+    train: Annotated[bool, typer.Option(
+        "--train/--eval", rich_help_panel=MODEL_PANEL,
+        help="Train mode: stochastic depth and dropout draw from the key.")] = False,
     import_: ImportOption = None,
+    fmt: Annotated[GraphFormat, typer.Option(
+        "--format", "-f", rich_help_panel=OUTPUT_PANEL, help="Output format.")] =
+        GraphFormat.text,
+    depth: Annotated[int, typer.Option(
+        min=0, max=100, rich_help_panel=OUTPUT_PANEL,
+        help="Collapse blocks deeper than this many name levels (0: every op).")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        rich_help_panel=OUTPUT_PANEL, help="Write here instead of printing.")] = None,
+    device: DeviceOption = "auto",
     place: PlaceOption = None,
 ) -> None:
     """Run a model once on a random input and show the graph that actually executed.
@@ -72,45 +65,25 @@ def graph(
 
     Example: funcgraph graph --model conv4 --set ways=5 --input-shape 1,1,28,28 --format mermaid
     """
-    from .. import params as P
-    from .. import random
-    from ..debug import capture, render
-    from ..errors import ConfigError, ShapeError
+    from ..debug import render
+    from ..errors import ConfigError
     from ..factory import parse_overrides
     from ..files import atomic_write
-    from ..placement import placed_model, resolve_device
-    from ..runs import resolve_model
-    from ..runs.memory import check_input_sizes
+    from ..runs.graph import capture_model_graph
 
     import_plugins(import_)
-    dev = resolve_device(device)
-    built = resolve_model(model, parse_overrides(overrides or []))
-    if place is not None:
-        built = placed_model(built, place)
-    shape = model_input_shape(built, input_shape)
-    check_input_sizes(built, shape, dev)  # refuse what cannot fit before allocating it
-    root = random.key(seed)
-    params, state = built.init(random.fold_in(root, 0))
-    if place is None:  # a placement plan has put the params where they belong
-        params, state = P.to(params, dev), P.to(state, dev)
-    x = random.normal(random.fold_in(root, 1), shape).to(dev)
-    key = random.fold_in(root, 2).to(dev)
-    try:
-        g = capture(built.apply, params, state, x, key=key, train=train)
-    except RuntimeError as e:  # torch's shape/dtype complaint about this input
-        reason = str(e).strip().splitlines()[0]
-        raise ShapeError(f"model {built.name!r} failed on input shape {list(shape)}: {reason}")\
-            from None
+    g = capture_model_graph(
+        model, input_shape=parse_shape(input_shape) if input_shape else None, seed=seed,
+        train=train, overrides=parse_overrides(overrides or []), device=device, place=place)
     text = render.render(g.collapse(depth) if depth else g, fmt.value)
     if out is None:
         console.print(text, highlight=False, markup=False, soft_wrap=True)
-    else:
-        try:
-            atomic_write(out, (text + "\n").encode())
-        except OSError as e:
-            raise ConfigError(f"--out {out}: cannot write the graph ({e.strerror or e})"
-                              ) from None
-        console.print(f"wrote {fmt.value} graph of {len(g)} nodes to {out}", highlight=False)
+        return
+    try:
+        atomic_write(out, (text + "\n").encode())
+    except OSError as e:
+        raise ConfigError(f"--out {out}: cannot write the graph ({e.strerror or e})") from None
+    console.print(f"wrote {fmt.value} graph of {len(g)} nodes to {out}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,17 +6,20 @@ from typing import Annotated
 
 import typer
 
-from .common import ImportOption, console, import_plugins, parse_shape, user_errors
+from . import help_layout
+from .common import MODEL_PANEL, ImportOption, console, import_plugins, parse_shape, user_errors
 
 model_app = typer.Typer(
     help="Model configs: check one (layers, shapes, parameter counts) or list what is available.",
     no_args_is_help=True,
+    cls=help_layout.Group,
 )
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a variable or config path: --set hidden=128 "
-                               "(repeatable; values are JSON literals or plain strings)."),
+    typer.Option("--set", rich_help_panel=MODEL_PANEL,
+                 help="Override a variable or config path: --set hidden=128 (repeatable; "
+                      "values are JSON literals or plain strings)."),
 ]
 
 
@@ -27,8 +30,9 @@ def check(
     set_: SetOption = None,
     input_shape: Annotated[
         str | None,
-        typer.Option("--input-shape", help="Input shape with batch dim, e.g. 1,1,28,28 "
-                                           "(replaces the config's input_shape)."),
+        typer.Option("--input-shape", rich_help_panel=MODEL_PANEL,
+                     help="Input shape with batch dim, e.g. 1,1,28,28 (replaces the config's "
+                          "input_shape)."),
     ] = None,
     import_: ImportOption = None,
 ) -> None:

@@ -11,6 +11,9 @@ import typer
 
 from .common import console, user_errors
 
+LISTING_PANEL = "Listing"
+FIGURE_PANEL = "Figure"
+
 
 class SortKey(StrEnum):
     name = "name"
@@ -34,9 +37,12 @@ def _pct(value: float | None, metric: str | None) -> str:
 def runs(
     folders: Annotated[list[Path] | None, typer.Argument(
         help="Folders holding run directories (default: runs/).")] = None,
-    sort: Annotated[SortKey, typer.Option(help="Column to sort by.")] = SortKey.name,
-    reverse: Annotated[bool, typer.Option("--reverse", help="Sort descending.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON list, for scripts.")] = False,
+    sort: Annotated[SortKey, typer.Option(
+        rich_help_panel=LISTING_PANEL, help="Column to sort by.")] = SortKey.name,
+    reverse: Annotated[bool, typer.Option(
+        "--reverse", rich_help_panel=LISTING_PANEL, help="Sort descending.")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", rich_help_panel=LISTING_PANEL, help="One JSON list, for scripts.")] = False,
 ) -> None:
     """List the runs under the given folders: command, model, data, steps, best validation,
     test result, time and status (finished, interrupted, failed, in use).
@@ -75,8 +81,10 @@ def runs(
 def plot(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories to overlay.")],
     metric: Annotated[str | None, typer.Option(
+        rich_help_panel=FIGURE_PANEL,
         help="Metric to plot (default: the runs' own, e.g. acc or accuracy; or loss).")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="The PNG to write.")] =
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", rich_help_panel=FIGURE_PANEL, help="The PNG to write.")] =
         Path("runs.png"),
 ) -> None:
     """Overlay one metric of several runs on one figure (validation points where a run has

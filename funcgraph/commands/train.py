@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 
 from .common import (
+    MODEL_PANEL,
+    RUN_PANEL,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -22,31 +24,36 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    import_plugins,
     show_plan,
-    use_threads,
+    start_run,
     user_errors,
 )
+
+TRAINING_PANEL = "Training"
 
 
 @user_errors
 def train(
     model: Annotated[str, typer.Option(
+        rich_help_panel=MODEL_PANEL,
         help="resnet-sd (ResNet with stochastic depth, glyphs), early-exit (adaptive CNN, "
              "glyphs), rnn (LSTM, digit-sum sequences), or a funcgraph.factory config file "
              "or name (trained on glyphs).")] = "resnet-sd",
     genotype: Annotated[Path | None, typer.Option(
+        rich_help_panel=MODEL_PANEL,
         help="Train the discrete DARTS network of this genotype.json on glyphs "
              "(funcgraph.nas.network_from_genotype; --set C=16 --set layers=8).")] = None,
     steps: Annotated[int | None, typer.Option(
-        min=1, max=10**7, help="Training steps (default per model: resnet-sd 300, early-exit 400, "
-                    "rnn 600).")] = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, max=100_000,
-                                                              help="Examples per step.")] = None,
+        min=1, max=10**7, rich_help_panel=TRAINING_PANEL,
+        help="Training steps (default per model: resnet-sd 300, early-exit 400, rnn 600).")
+    ] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        min=1, max=100_000, rich_help_panel=TRAINING_PANEL, help="Examples per step.")] = None,
     lr: Annotated[float | None, typer.Option(
-        min=0.0, help="Adam learning rate (cosine-annealed to 0).")] = None,
+        min=0.0, rich_help_panel=TRAINING_PANEL,
+        help="Adam learning rate (cosine-annealed to 0).")] = None,
     validate_every: Annotated[int | None, typer.Option(
-        min=0, max=10**7,
+        min=0, max=10**7, rich_help_panel=TRAINING_PANEL,
         help="Validate every N steps (default: 4 times per run; 0: only at the end).")
     ] = None,
     device: DeviceOption = "auto",
@@ -57,12 +64,15 @@ def train(
     import_: ImportOption = None,
     place: PlaceOption = None,
     out: Annotated[Path | None, typer.Option(
+        rich_help_panel=RUN_PANEL,
         help="Run directory (default runs/train-<model>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
+        "--resume", rich_help_panel=RUN_PANEL,
+        help="Continue the run in --out from its last checkpoint.")] = False,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="Model hyperparameter (--set depth=56, --set mode=row) or data option "
-                      "(--set data.classes=20, --set data.max_length=20); repeatable.")] = None,
+        "--set", rich_help_panel=MODEL_PANEL,
+        help="Model hyperparameter (--set depth=56, --set mode=row) or data option "
+             "(--set data.classes=20, --set data.max_length=20); repeatable.")] = None,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,
@@ -72,22 +82,13 @@ def train(
     Example: funcgraph train --model resnet-sd --set depth=20 --steps 300
     """
     from .. import distributed
-    from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
     from ..placement import resolve_device
     from ..runs import fit, train_config
     from ..runs.train import plan_fit
-    from ..train.events import require_tensorboard
 
-    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
-
-    use_threads(threads)
-    import_plugins(import_)
-    if tensorboard:
-        require_tensorboard()
-    if resume and out is None:
-        raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
-                                 param_hint="--resume")
+    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
+              out=out)
     if genotype is not None and not genotype.is_file():
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,

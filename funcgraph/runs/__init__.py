@@ -2,14 +2,16 @@
 
 One module per command back end: :mod:`~funcgraph.runs.meta_train` (``meta-train``),
 :mod:`~funcgraph.runs.evaluate` (``evaluate``), :mod:`~funcgraph.runs.train` (``train``),
-:mod:`~funcgraph.runs.search` (``search``) and :mod:`~funcgraph.runs.export` (``export`` of a
-run), all resolving their models through the one resolver, :func:`resolve_model`. Each run
-validates its options, data and model before its run directory is written. The library
+:mod:`~funcgraph.runs.search` (``search``), :mod:`~funcgraph.runs.export` (``export`` of a
+run) and :mod:`~funcgraph.runs.graph` (``graph``), all resolving their models through the one
+resolver, :func:`resolve_model`. Each run validates its options, data and model before its run
+directory is written (``graph`` writes none: it returns the captured graph). The library
 below knows nothing of this floor; the CLI above only parses options and renders results.
 """
 
 from .evaluate import evaluate_run
 from .export import export_run
+from .graph import capture_model_graph
 from .meta_train import (
     MetaTrainConfig,
     MetaTrainResult,
@@ -30,6 +32,7 @@ __all__ = [
     "SearchResult",
     "TaskSources",
     "TrainConfig",
+    "capture_model_graph",
     "default_algo",
     "default_config",
     "evaluate_run",
