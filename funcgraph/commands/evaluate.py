@@ -41,6 +41,9 @@ def evaluate(
 ) -> None:
     """Adapt on each held-out task's support set and report query accuracy +- 95% CI.
 
+    A ProtoNet run holds an embedding, not a classifier: it scores tasks of any way count
+    (--tasks 10way1shot on a 5-way run) by their class prototypes. Ctrl-C exits 130.
+
     Example: funcgraph evaluate runs/maml-glyphs-5way1shot-20260101-120000 --episodes 600
     """
 
