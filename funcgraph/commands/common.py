@@ -1,4 +1,16 @@
-"""What every command shares: the console, clean exits for user mistakes, shared options."""
+"""What every command shares: the console, clean exits for user mistakes, shared options, the
+start of a training command (:func:`start_run`).
+
+``funcgraph --help`` imports every module of this package and must not import torch
+(tests/test_layers.py checks each command's ``--help``). So a command module's top imports
+only typer, rich, the standard library and torch-free funcgraph modules (``errors``,
+``version``, ``data.registry``), and no option's type needs torch: a choice a registry holds
+(an algorithm, a dataset) is a plain ``str`` option whose help lists the names from a
+torch-free table (``data/registry.py`` names its built-in loaders as ``"module:function"``
+strings, imported on use) and which the command body checks after ``--import`` has run (a
+click ``Choice`` fixed at start-up could not know a user's ``--import`` entries anyway).
+Everything else is imported inside the command function.
+"""
 
 from __future__ import annotations
 
