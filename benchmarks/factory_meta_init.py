@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 from funcgraph import random
-from funcgraph.factory.meta import meta_draws, meta_init, to_meta
+from funcgraph.factory.meta_tensors import meta_draws, meta_init, to_meta
 from funcgraph.model import Model
 
 

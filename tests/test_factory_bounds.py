@@ -22,7 +22,7 @@ from funcgraph.cli import app
 from funcgraph.errors import ConfigError
 from funcgraph.factory import build, check_model
 from funcgraph.factory.expr import MAX_DEPTH, MAX_SIZE, MAX_TEXT, evaluate_in
-from funcgraph.factory.meta import BIG_DRAW
+from funcgraph.factory.meta_tensors import BIG_DRAW
 
 MLP_JSON = Path(__file__).resolve().parents[1] / "examples" / "configs" / "mlp.json"
 

@@ -10,7 +10,7 @@ from .build import Built, LayerRow, build, shape_of
 from .config import apply_overrides, load_config, parse_overrides, shipped_configs
 from .inits import INITIALIZERS, with_init
 from .load import check_model, load_model, resolve_source
-from .meta import meta_init
+from .meta_tensors import meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot, channel_dim, last_dim, register_layer
 
 __all__ = [

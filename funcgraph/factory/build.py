@@ -42,7 +42,7 @@ from .config import (
     suggest,
 )
 from .inits import with_init
-from .meta import MAX_NUMEL, meta_init
+from .meta_tensors import MAX_NUMEL, meta_init
 from .registry import REGISTRY, LayerType, Registry, Slot
 from .values import check_params, coerce
 

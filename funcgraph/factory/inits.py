@@ -27,7 +27,7 @@ from ..nn.init import fan_in_and_out
 from ..params import Params, State
 from ..random import Key
 from .config import at, describe, error, suggest
-from .meta import meta_draws
+from .meta_tensors import meta_draws
 from .values import check_params
 
 Nonlinearity = Literal["linear", "conv1d", "conv2d", "conv3d", "sigmoid", "tanh", "relu",

@@ -5,7 +5,7 @@ by the allocator's traceback or the kernel's out-of-memory killer. Two estimates
 by :func:`check_memory` against the memory the device has free:
 
 * from shapes alone, before anything real exists (:func:`check_sizes`): the model's
-  parameters as meta tensors (:func:`funcgraph.factory.meta.meta_init`), the data a step
+  parameters as meta tensors (:func:`funcgraph.factory.meta_tensors.meta_init`), the data a step
   holds, and one forward pass on a meta example, whose op outputs :func:`allocated_bytes`
   counts without allocating them; times the examples of a step;
 * measured, once that check has passed (:func:`allocated_bytes` around one real unit of work,
@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import ConfigError
-from ..factory.meta import MAX_NUMEL, meta_init
+from ..factory.meta_tensors import MAX_NUMEL, meta_init
 from ..model import Model
 from ..params import Params
 
