@@ -26,7 +26,7 @@ COMMANDS = [
     "evaluate",
     "train",
     "search",
-    "runs",
+    "runs_on_disk",
     "docgen",
 ]
 
