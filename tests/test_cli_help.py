@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -87,3 +88,17 @@ def test_the_command_list_gives_each_summary_in_full() -> None:
     assert "test result, time and status (finished, interrupted, failed, in use)." in " ".join(
         text.split()), text
     assert "docs " not in text, "the hidden docs command is listed"
+
+
+def test_docs_writes_the_reference_and_check_names_a_stale_one(tmp_path: Path) -> None:
+    from funcgraph.commands.docgen import render
+
+    out = tmp_path / "cli.md"
+    result = CliRunner().invoke(app, ["docs", "--out", str(out)])
+    assert result.exit_code == 0 and out.read_text() == render(app), result.output
+    assert CliRunner().invoke(app, ["docs", "--out", str(out), "--check"]).exit_code == 0
+    out.write_text("old\n")
+    result = CliRunner().invoke(app, ["docs", "--out", str(out), "--check"])
+    assert result.exit_code == 2, result.output
+    assert f"error: {out} is stale: run funcgraph docs" in " ".join(result.output.split())
+    assert out.read_text() == "old\n", "--check wrote the file"

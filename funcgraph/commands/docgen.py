@@ -1,7 +1,7 @@
 """Write ``docs/cli.md``, the CLI reference, from the Typer app itself.
 
 A hidden maintainer command: run ``funcgraph docs`` after changing a command's options or
-help text (``--check`` exits 1 when the file is stale; the test suite runs that comparison).
+help text (``--check`` exits 2 when the file is stale; the test suite runs that comparison).
 Every command's help, usage, arguments and options come from the same click objects
 ``--help`` prints (``get_help_record``), so the reference cannot drift from the CLI.
 
@@ -18,7 +18,7 @@ import typer
 import typer.main
 
 from . import help_layout
-from .common import user_errors
+from .common import fail, user_errors
 
 HEADER = """# CLI reference
 
@@ -107,19 +107,19 @@ def register(app: typer.Typer) -> None:
     @app.command("docs", hidden=True)
     @user_errors
     def docs(
-        output: Annotated[Path, typer.Option(help="The Markdown file to write.")] =
-            DEFAULT_PATH,
+        out: Annotated[Path, typer.Option(help="The Markdown file to write.")] = DEFAULT_PATH,
         check: Annotated[bool, typer.Option(
-            "--check", help="Write nothing; exit 1 if the file is stale.")] = False,
+            "--check", help="Write nothing; exit 2 if the file is stale.")] = False,
     ) -> None:
         """Regenerate docs/cli.md, the CLI reference, from the commands' own help.
 
         Example: funcgraph docs --check
         """
+        from ..files import atomic_write
+
         text = render(app)
         if not check:
-            output.write_text(text)
-            typer.echo(f"wrote {output}")
-        elif not output.is_file() or output.read_text() != text:
-            typer.echo(f"{output} is stale: run funcgraph docs")
-            raise typer.Exit(1)
+            atomic_write(out, text.encode())
+            typer.echo(f"wrote {out}")
+        elif not out.is_file() or out.read_bytes() != text.encode():
+            raise fail(f"{out} is stale: run funcgraph docs")
