@@ -118,8 +118,17 @@ def export(
     *,
     dynamic_batch: bool = True,
     path: str | Path | None = None,
+    batch_dependent: bool = False,
 ) -> torch.export.ExportedProgram:
     """Export ``model`` with ``params``/``state`` baked in, in eval mode.
+
+    An exported model is usually fed one sample or any batch, so its outputs are first
+    checked to be per-sample (:func:`batch_coupling`: a sample alone and the same sample
+    beside another give the same output). A model whose outputs depend on the batch (batch
+    norm with batch statistics, as meta-learning's transductive conv4 uses) is refused unless
+    ``batch_dependent=True``; the artifact records which (``per_sample`` in
+    ``funcgraph.json``). Per-sample behaviour comes from running statistics (batch norm with
+    ``running_stats=True``, which meta-train's ``--bn-running-stats`` accumulates).
 
     Arguments:
         model, params, state: what to export (the tensors are copied into the program).
@@ -127,13 +136,26 @@ def export(
         dynamic_batch: make dim 0 of every input symbolic. An example batch of 1 is repeated
             to 2 for tracing, because torch specialises size-1 dims.
         path: also save the program there (``.pt2``) with a ``funcgraph.json`` extra file
-            recording the model name, input shapes and versions.
+            recording the model name, input shapes and versions; not an existing directory.
+        batch_dependent: export a model whose outputs depend on the batch as it is.
     Returns:
         The ``torch.export.ExportedProgram``; ``program.module()(x)`` runs it.
     Raises:
-        ExportError: the model cannot be exported (the message carries torch's reason).
+        ExportError: the model cannot be exported, in one line naming the likely fix (torch's
+            whole report is the error's ``__cause__``), or its outputs depend on the batch.
     """
     inputs = _as_tuple(example_inputs)
+    if path is not None and Path(path).is_dir():
+        raise ExportError(f"export: path {path} is a directory; name a file, e.g. "
+                          f"{Path(path) / 'model.pt2'}")
+    coupling = batch_coupling(model, params, state, inputs)
+    if coupling is not None and not batch_dependent:
+        raise ExportError(
+            f"export of {model.name!r}: its outputs depend on the batch (a sample alone and "
+            f"beside another differ by up to {coupling:.2g}), as batch norm with batch "
+            "statistics does; export per-sample behaviour from running statistics (batch norm "
+            "with running_stats=True; meta-train --bn-running-stats accumulates them), or "
+            "pass batch_dependent=True (export --batch-dependent) to export it as it is")
     wrapper = ExportWrapper(model, params, state).eval()
     dynamic: Any = None
     if dynamic_batch:
@@ -147,13 +169,46 @@ def export(
     except Exception as e:  # torch raises many unrelated types; all mean "not exportable"
         raise ExportError(_export_failure(model.name, e)) from e
     if path is not None:
-        save(program, path, model=model, example_inputs=inputs, dynamic_batch=dynamic_batch)
+        save(program, path, model=model, example_inputs=inputs, dynamic_batch=dynamic_batch,
+             per_sample=coupling is None)
     return program
 
 
+def batch_coupling(model: Model, params: Params, state: State,
+                   inputs: tuple[Tensor, ...]) -> float | None:
+    """How far the model's outputs for one sample move when another sample shares its batch
+    (the largest absolute change, eval mode), or ``None`` when they do not move (to 1e-5
+    relative) or cannot be compared (integer inputs such as tokens, outputs without a batch
+    dim, or a model that fails here and is left to the export to report)."""
+    if not all(t.is_floating_point() and t.dim() > 0 and t.shape[0] >= 1 for t in inputs):
+        return None
+    one = tuple(t[:1] for t in inputs)
+    pair = tuple(torch.cat([t, 1.0 - 2.0 * t]) for t in one)  # a different second sample
+
+    def run(xs: tuple[Tensor, ...]) -> list[Tensor]:
+        with torch.no_grad():
+            y, _ = model.apply(params, state, xs[0] if len(xs) == 1 else xs, key=None,
+                               train=False)
+        return [t for t in torch.utils._pytree.tree_leaves(y) if isinstance(t, Tensor)]
+
+    try:
+        alone, both = run(one), run(pair)
+    except Exception:  # not this check's to report: the export says what is wrong
+        return None
+    worst = 0.0
+    for a, b in zip(alone, both, strict=False):
+        if a.dim() == 0 or a.shape[0] != 1 or b.shape[0] != 2 or not a.is_floating_point():
+            continue
+        gap = (a - b[:1]).abs().max().item()
+        if gap > 1e-5 * (1.0 + a.abs().max().item()):
+            worst = max(worst, gap)
+    return worst or None
+
+
 def _export_failure(name: str, error: Exception) -> str:
-    """The message of a failed export: one self-sufficient line (what failed and the likely
-    fix: what the CLI and logs show first), then torch's whole message after a blank line."""
+    """The message of a failed export: one self-sufficient line, what failed and the likely
+    fix; torch's whole report (often the generated graph code) stays the error's
+    ``__cause__``, which ``funcgraph export`` writes to a file it names."""
     text = str(error).strip()
     if "data-dependent" in text or "GuardOnDataDependent" in type(error).__name__:
         summary = ("a Python `if` on a tensor value cannot be exported; use funcgraph.cond(pred, "
@@ -164,8 +219,7 @@ def _export_failure(name: str, error: Exception) -> str:
     else:
         first = text.splitlines()[0] if text else type(error).__name__
         summary = first if len(first) <= 150 else first[:147] + "..."
-    head = f"export of {name!r} failed: {summary}"
-    return f"{head}\n\n{text}" if text else head
+    return f"export of {name!r} failed: {summary}"
 
 
 def save(
@@ -175,10 +229,12 @@ def save(
     model: Model | None = None,
     example_inputs: Sequence[Tensor] = (),
     dynamic_batch: bool = True,
+    per_sample: bool | None = None,
 ) -> Path:
     """``torch.export.save`` plus a ``funcgraph.json`` extra file describing the artifact: the
     model name, the traced input shapes, the input specs (``"inputs"``: per input its
-    ``shape``, ``null`` where a dim is dynamic, and ``dtype``) and the versions."""
+    ``shape``, ``null`` where a dim is dynamic, and ``dtype``), whether each sample's output
+    was checked to be its own (``per_sample``: ``null`` when unchecked) and the versions."""
     import funcgraph
 
     meta = {
@@ -187,10 +243,14 @@ def save(
         "inputs": [{"shape": list(spec.shape), "dtype": _dtype_name(spec.dtype)}
                    for spec in input_specs(program)],
         "dynamic_batch": dynamic_batch,
+        "per_sample": per_sample,
         "funcgraph": funcgraph.__version__,
         "torch": torch.__version__,
     }
     out = Path(path)
+    if out.is_dir():
+        raise ExportError(f"save: path {out} is a directory; name a file, e.g. "
+                          f"{out / 'model.pt2'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(out), extra_files={METADATA_FILE: json.dumps(meta)})
     return out
@@ -334,21 +394,40 @@ def export_onnx(
     path: str | Path,
     *,
     dynamic_batch: bool = True,
+    batch_dependent: bool = False,
 ) -> Path:
     """Export to an ONNX file through ``torch.onnx.export(..., dynamo=True)``.
 
-    Raises :class:`ExportError` when ``onnx``/``onnxscript`` are not installed.
+    The exporter may keep the weights in a side file, ``path`` + ``.data`` (``x.onnx.data``),
+    which must travel with the ``.onnx`` file: :func:`onnx_files` lists what was written.
+    ``batch_dependent`` is :func:`export`'s.
+
+    Raises :class:`ExportError` when ``onnx``/``onnxscript`` are not installed, or in one line
+    when the model cannot be converted.
     """
     if not onnx_available():
         raise ExportError("ONNX export needs the onnx and onnxscript packages "
                           "(pip install onnx onnxscript)")
-    program = export(model, params, state, example_inputs, dynamic_batch=dynamic_batch)
     out = Path(path)
+    if out.is_dir():
+        raise ExportError(f"export_onnx: path {out} is a directory; name a file, e.g. "
+                          f"{out / 'model.onnx'}")
+    program = export(model, params, state, example_inputs, dynamic_batch=dynamic_batch,
+                     batch_dependent=batch_dependent)
     try:
         torch.onnx.export(program, (), str(out), dynamo=True)
     except Exception as e:  # the ONNX converter raises assorted types for unsupported ops
-        raise ExportError(f"ONNX export of {model.name!r} failed: {e}") from e
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:150]
+        raise ExportError(f"ONNX export of {model.name!r} failed: {first}") from e
     return out
+
+
+def onnx_files(path: str | Path) -> list[Path]:
+    """The files an ONNX export to ``path`` wrote: the model and, where the exporter kept the
+    weights apart, its ``.data`` side file."""
+    out = Path(path)
+    side = out.with_name(out.name + ".data")
+    return [p for p in (out, side) if p.exists()]
 
 
 __all__ = [
@@ -356,11 +435,13 @@ __all__ = [
     "CheckedModule",
     "ExportWrapper",
     "InputSpec",
+    "batch_coupling",
     "export",
     "export_onnx",
     "input_specs",
     "load",
     "onnx_available",
+    "onnx_files",
     "read_metadata",
     "save",
 ]

@@ -21,12 +21,22 @@ def export(
     dynamic_batch: Annotated[bool, typer.Option(
         "--dynamic-batch/--static-batch", help="Make the batch dim symbolic.")] = True,
     onnx: Annotated[Path | None, typer.Option(
-        help="Also write an ONNX file here (needs onnx + onnxscript).")] = None,
+        help="Also write an ONNX file here (needs onnx + onnxscript); the weights may go to "
+             "a side file beside it, FILE.data, which the output names.")] = None,
+    batch_dependent: Annotated[bool, typer.Option(
+        "--batch-dependent", help="Export a model whose outputs depend on the batch (batch "
+                                  "norm with batch statistics) as it is, instead of refusing.")
+    ] = False,
     import_: ImportOption = None,
 ) -> None:
     """Rebuild the run's model, load its checkpoint and export it for plain PyTorch.
 
     The artifact loads with torch.export.load(path).module() in a process without funcgraph.
+    Its outputs are checked to be per-sample (one sample alone = the same sample in a batch);
+    a model normalising with batch statistics (meta-train's conv4) is refused unless
+    --batch-dependent. A ProtoNet run exports its embedding network: [N, 64] features per
+    image, for prototypes of any number of classes, not class logits. A failed export is
+    one error line naming RUN_DIR/export-failure.txt, where torch's whole report is.
 
     Example: funcgraph export runs/omniglot --out model.pt2 --checkpoint best
     """
@@ -35,15 +45,19 @@ def export(
     import_plugins(import_)
     shape = parse_shape(input_shape) if input_shape is not None else None
     done = export_run(run_dir, out, checkpoint=checkpoint, input_shape=shape,
-                      dynamic_batch=dynamic_batch, onnx=onnx)
+                      dynamic_batch=dynamic_batch, onnx=onnx, batch_dependent=batch_dependent)
+    samples = "per-sample outputs" if done.per_sample else "outputs depend on the batch"
     console.print(
         f"exported {done.model_name} ({done.checkpoint}) to {done.path}: {done.ops} ops, "
         f"{'dynamic' if dynamic_batch else 'static'} batch, input {list(done.input_shape)}, "
-        f"max |reloaded - eager| = {done.max_abs_error:.2e}",
-        highlight=False, markup=False,
+        f"{samples}, max |reloaded - eager| = {done.max_abs_error:.2e}",
+        highlight=False, markup=False, soft_wrap=True,
     )
     if onnx is not None:
-        console.print(f"wrote ONNX to {onnx}", highlight=False, markup=False)
+        side = [str(p) for p in done.onnx_files[1:]]
+        beside = f" with its weights in {side[0]} (keep the two together)" if side else ""
+        console.print(f"wrote ONNX to {onnx}{beside}", highlight=False, markup=False,
+                      soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

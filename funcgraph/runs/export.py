@@ -17,8 +17,9 @@ import torch
 
 from .. import random
 from ..errors import ConfigError, ExportError
-from ..export import export, export_onnx, onnx_available
+from ..export import export, export_onnx, onnx_available, onnx_files, read_metadata
 from ..factory import meta_init
+from ..files import atomic_write
 from ..model import Model
 from ..train import Run
 from .resolve import resolve_model
@@ -56,6 +57,13 @@ class Exported:
     input_shape: tuple[int, ...]
     ops: int
     max_abs_error: float
+    per_sample: bool
+    onnx_files: tuple[Path, ...] = ()
+
+
+FAILURE_FILE = "export-failure.txt"
+"""Where a failed export of a run leaves torch's whole report (often pages of generated graph
+code), inside the run directory, so the error itself stays one line."""
 
 
 def export_run(
@@ -66,12 +74,21 @@ def export_run(
     input_shape: Sequence[int] | None = None,
     dynamic_batch: bool = True,
     onnx: str | Path | None = None,
+    batch_dependent: bool = False,
 ) -> Exported:
     """Export the run in ``run_dir`` at ``checkpoint`` to ``out`` (and to ``onnx`` if given).
 
     Everything is checked before a file is written: the run, its model, the checkpoint, the
-    input shape and, for ``onnx``, that the ONNX exporter is installed.
+    input shape, that ``out`` and ``onnx`` are not directories, that the outputs are
+    per-sample (see :func:`funcgraph.export.export`; ``batch_dependent=True`` exports a
+    batch-dependent model as it is) and, for ``onnx``, that the ONNX exporter is installed.
+    A failed export is one :class:`ExportError` line that names :data:`FAILURE_FILE` in the
+    run directory, where torch's whole report is written.
     """
+    for option, path, name in (("--out", out, "model.pt2"), ("--onnx", onnx, "model.onnx")):
+        if path is not None and Path(path).is_dir():
+            raise ExportError(f"{option} {path} is a directory; name the file to write, e.g. "
+                              f"{Path(path) / name}")
     if onnx is not None and not onnx_available():
         raise ExportError("--onnx needs the onnx and onnxscript packages "
                           "(pip install onnx onnxscript); nothing was written")
@@ -85,16 +102,38 @@ def export_run(
     params, state = groups.get("params", {}), groups.get("state", {})
     shape = tuple(input_shape) if input_shape is not None else run_input_shape(model, run.config)
     x = random.normal(random.key(0), shape)
-    program = export(model, params, state, x, dynamic_batch=dynamic_batch, path=out)
+    try:
+        program = export(model, params, state, x, dynamic_batch=dynamic_batch, path=out,
+                         batch_dependent=batch_dependent)
+    except ExportError as e:
+        raise _reported(e, run.path) from None
     expected, _ = model.apply(params, state, x, train=False)
     got = torch.export.load(str(out)).module()(x)
     err = max((a - b).abs().max().item() for a, b in zip(
         torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got),
         strict=True))
     ops = sum(1 for n in program.graph.nodes if n.op == "call_function")
+    written: tuple[Path, ...] = ()
     if onnx is not None:
-        export_onnx(model, params, state, x, onnx, dynamic_batch=dynamic_batch)
-    return Exported(model.name, checkpoint, Path(out), shape, ops, err)
+        try:
+            export_onnx(model, params, state, x, onnx, dynamic_batch=dynamic_batch,
+                        batch_dependent=True)  # checked above: the program's own export
+        except ExportError as e:
+            raise _reported(e, run.path) from None
+        written = tuple(onnx_files(onnx))
+    per_sample = read_metadata(out).get("per_sample") is True
+    return Exported(model.name, checkpoint, Path(out), shape, ops, err, per_sample, written)
 
 
-__all__ = ["Exported", "export_run", "run_input_shape"]
+def _reported(error: ExportError, run_dir: Path) -> ExportError:
+    """``error`` (one line); where torch's report is its cause, that report is written to
+    :data:`FAILURE_FILE` in the run directory and the line names it."""
+    cause = error.__cause__
+    if cause is None or not str(cause).strip():
+        return error
+    report = run_dir / FAILURE_FILE
+    atomic_write(report, (f"{error}\n\n{type(cause).__name__}: {cause}\n").encode())
+    return ExportError(f"{error} (torch's full report: {report})")
+
+
+__all__ = ["FAILURE_FILE", "Exported", "export_run", "run_input_shape"]
