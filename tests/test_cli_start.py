@@ -1,0 +1,61 @@
+"""The start every training command shares (``commands.common.start_run``): the same
+refusals, in one line and exit 2, before any data or model is built."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from funcgraph.cli import app
+from funcgraph.commands.common import start_run
+from funcgraph.errors import ConfigError
+
+TRAINING = ["meta-train", "train", "search"]
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    unboxed = re.sub(r"[│╭╮╰╯─]", " ", result.output)  # click's usage errors come boxed here
+    return result.exit_code, " ".join(unboxed.split())
+
+
+@pytest.mark.parametrize("command", ["meta-train", "train"])
+def test_resume_without_out_is_refused(command: str) -> None:
+    code, out = _run(command, "--resume")
+    assert code == 2 and "--resume needs --out RUN_DIR (the run to continue)" in out, out
+
+
+@pytest.mark.parametrize("command", TRAINING)
+def test_a_missing_import_module_is_one_line(command: str) -> None:
+    code, out = _run(command, "--import", "no_such_module_here", "--dry-run")
+    assert code == 2, out
+    assert "--import no_such_module_here: ModuleNotFoundError" in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("command", TRAINING)
+def test_tensorboard_without_the_package_is_refused(command: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    code, out = _run(command, "--tensorboard", "--dry-run")
+    assert code == 2 and "--tensorboard needs the tensorboard package" in out, out
+
+
+def test_start_run_applies_threads_and_checks_in_order() -> None:
+    threads = torch.get_num_threads()
+    try:
+        start_run(threads=1, imports=None, tensorboard=False, resume=False, out=None)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ConfigError, match="--import no_such_module_here"):
+        start_run(threads=0, imports=["no_such_module_here"], tensorboard=False, resume=True,
+                  out=None)  # the module fails first, as it would on the command line
+    with pytest.raises(typer.BadParameter, match="--resume needs --out"):
+        start_run(threads=0, imports=None, tensorboard=False, resume=True, out=None)
