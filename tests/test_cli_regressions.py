@@ -151,3 +151,44 @@ def test_train_data_settings_are_typed_before_use(value: str, shown: str) -> Non
                                   f"{shown}"), output
     code, output = run("train", "--set", "data.split=5", "--dry-run", "--steps", "1")
     assert code == 2 and "--set data.split: expected a name, got 5" in one_error_line(output)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hypergradient", "finite-difference", "--order", "first"],
+     "error: SearchConfig: bilevel.hypergradient (--hypergradient) 'finite-difference' "
+     "approximates the second-order architecture gradient and has no role in order 'first'"),
+    (["--partial-channels", "3"], "error: SearchConfig: partial_channels (--partial-channels) 3 "
+                                  "must divide C 8"),
+    (["--image-size", "10"], "error: glyph_halves: image_size (--image-size) must be a "
+                             "multiple of 4 (two reduction cells), got 10"),
+])
+def test_search_options_that_cannot_act_are_refused(args: list[str], message: str) -> None:
+    code, output = run("search", *args, "--dry-run", "--steps", "1")
+    assert code == 2 and one_error_line(output).startswith(message), output
+
+
+def test_the_search_checks_live_in_its_config_for_library_users() -> None:
+    from funcgraph.errors import ConfigError
+    from funcgraph.nas import BilevelConfig, SearchConfig
+    from funcgraph.runs import glyph_halves
+
+    with pytest.raises(ConfigError, match="has no role in order 'first'"):
+        SearchConfig(bilevel=BilevelConfig(order="first", hypergradient="finite-difference"))
+    SearchConfig(bilevel=BilevelConfig(order="second", hypergradient="finite-difference"))
+    with pytest.raises(ConfigError, match="partial_channels .* 4 must divide C 12"):
+        SearchConfig(C=12, partial_channels=4)  # 12 / 4 = 3: odd
+    with pytest.raises(ConfigError, match="image_size .* must be a multiple of 4"):
+        glyph_halves(image_size=18)
+
+
+def test_evaluate_refuses_inner_steps_on_a_protonet_run(tmp_path: Path) -> None:
+    out = tmp_path / "pn"
+    code, output = run("meta-train", "--tasks", "5way1shot", "--steps", "1", "--meta-batch",
+                       "1", "--episodes", "1", "--val-episodes", "1", "--validate-every", "0",
+                       "--device", "cpu", "--out", str(out))
+    assert code == 0, output
+    code, output = run("evaluate", str(out), "--inner-steps-eval", "5", "--episodes", "1",
+                       "--device", "cpu")
+    assert code == 2 and one_error_line(output) == (
+        "error: --inner-steps-eval: a protonet run adapts by class prototypes, with no inner "
+        "steps to set"), output

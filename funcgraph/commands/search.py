@@ -126,7 +126,6 @@ def search(
     """
     from .. import distributed, random
     from ..allocator import keep_freed_memory
-    from ..errors import ConfigError
     from ..nas import BilevelConfig, SearchConfig, load_space
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
@@ -139,9 +138,6 @@ def search(
     if tensorboard:
         require_tensorboard()
 
-    if image_size % 4:
-        raise ConfigError(f"--image-size must be a multiple of 4 (two reduction cells), "
-                          f"got {image_size}")
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
     cfg = SearchConfig(**network_fields(model, channels=channels, layers=layers),
                        epochs=epochs, steps=steps,
@@ -152,9 +148,6 @@ def search(
                        warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
                        edge_normalization=edge_normalization, stop_stable=stop_stable,
                        select=select.value)
-    if cfg.C % partial_channels or (cfg.C // partial_channels) % 2:
-        raise ConfigError(f"--partial-channels {partial_channels} must divide C {cfg.C} (-C, "
-                          "or c in --model) into an even width (the strided skip op halves it)")
     data = glyph_halves(num_classes=classes, image_size=image_size)
     if dry_run:
         plan = plan_search(data, cfg)

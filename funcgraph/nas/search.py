@@ -151,6 +151,16 @@ class SearchConfig:
         if self.select not in SELECTIONS:
             raise ConfigError(f"{where}: select must be one of {list(SELECTIONS)}, got "
                               f"{self.select!r}")
+        check_int(where, "partial_channels", self.partial_channels)
+        if self.C % self.partial_channels or (self.C // self.partial_channels) % 2:
+            raise ConfigError(f"{where}: partial_channels (--partial-channels) "
+                              f"{self.partial_channels} must divide C {self.C} (-C, or c in "
+                              "--model) into an even width (the strided skip op halves it)")
+        if self.bilevel.order == "first" and self.bilevel.hypergradient != "exact":
+            raise ConfigError(f"{where}: bilevel.hypergradient (--hypergradient) "
+                              f"{self.bilevel.hypergradient!r} approximates the second-order "
+                              "architecture gradient and has no role in order 'first'; use "
+                              "order 'second' (--order second) or leave it at 'exact'")
 
     @property
     def space(self) -> tuple[str, ...]:

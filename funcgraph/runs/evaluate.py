@@ -48,6 +48,9 @@ def evaluate_run(
     if tasks is not None:
         changes["tasks"] = tasks
     if inner_steps_eval is not None:
+        if cfg.algo == "protonet":
+            raise ConfigError("--inner-steps-eval: a protonet run adapts by class prototypes, "
+                              "with no inner steps to set")
         changes["inner_steps_eval"] = inner_steps_eval
     if bn_running_stats is not None:
         changes["bn_running_stats"] = bn_running_stats

@@ -75,6 +75,7 @@ def glyph_halves(
     class's drawings halved into train (first half) and validation (second half)."""
     from ..data import load_glyphs
 
+    check_image_size("glyph_halves: image_size (--image-size)", image_size, image_size)
     ds = load_glyphs(split, seed=seed, cache_dir=cache_dir, image_size=image_size)
     if not 2 <= num_classes <= ds.num_classes:
         raise ConfigError(f"glyph_halves: num_classes must be in [2, {ds.num_classes}] for "
@@ -89,6 +90,14 @@ def glyph_halves(
 
     (tx, ty), (vx, vy) = flat(picked[:, :half]), flat(picked[:, half:])
     return SearchData(tx, ty, vx, vy, num_classes, f"glyphs/{split}:{num_classes}x{image_size}px")
+
+
+def check_image_size(what: str, height: int, width: int) -> None:
+    """The supernet's two reduction cells each halve the image, so both sides must be
+    multiples of 4 (else the cells' branches disagree on shape deep inside a step)."""
+    if height % 4 or width % 4:
+        shown = height if height == width else f"{height}x{width}"
+        raise ConfigError(f"{what} must be a multiple of 4 (two reduction cells), got {shown}")
 
 
 SEARCH_TYPE = "darts_search"
@@ -275,6 +284,7 @@ class SearchPlan:
 def plan_search(data: SearchData, cfg: SearchConfig,
                 extra_config: Mapping[str, Any] | None = None) -> SearchPlan:
     """The supernet, the epoch batches, the step budget and the run's config for ``cfg``."""
+    check_image_size("search: the images", *data.train_x.shape[-2:])
     model = build_search_model(cfg, data)
     per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
     total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
