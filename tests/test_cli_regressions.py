@@ -179,6 +179,9 @@ def test_the_search_checks_live_in_its_config_for_library_users() -> None:
         SearchConfig(C=12, partial_channels=4)  # 12 / 4 = 3: odd
     with pytest.raises(ConfigError, match="image_size .* must be a multiple of 4"):
         glyph_halves(image_size=18)
+    with pytest.raises(ConfigError, match=r"skip_cap \(--skip-cap\) 2 bounds skip_connect "
+                                          r"ops, which the search space \['max_pool_3x3'\]"):
+        SearchConfig(skip_cap=2, primitives=("max_pool_3x3",))
 
 
 def test_evaluate_refuses_inner_steps_on_a_protonet_run(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from ..params import Params, State, zip_map
 from ..train import Groups, StepFn, cosine_lr
 from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
 from .cell import AUX_SKIP, STEPS, search_network
+from .genotype import SKIP
 from .ops import PRIMITIVES
 from .remedies import aux_skip_coefficient, beta_decay_gradient, beta_decay_weight
 
@@ -161,6 +162,10 @@ class SearchConfig:
                               f"{self.bilevel.hypergradient!r} approximates the second-order "
                               "architecture gradient and has no role in order 'first'; use "
                               "order 'second' (--order second) or leave it at 'exact'")
+        if self.skip_cap is not None and SKIP not in self.space:
+            raise ConfigError(f"{where}: skip_cap (--skip-cap) {self.skip_cap} bounds "
+                              f"{SKIP} ops, which the search space {list(self.space)} does not "
+                              "have; drop it or add the op")
 
     @property
     def space(self) -> tuple[str, ...]:
