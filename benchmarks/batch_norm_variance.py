@@ -14,6 +14,7 @@ ratio ``x.var / two-pass``.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -63,6 +64,8 @@ def time_shape(shape: tuple[int, ...], rounds: int, calls: int) -> None:
         ma, mb = statistics.median(ta), statistics.median(tb)
         print(f"{str(shape):>18}  {mode:>16}  {ma * 1e6:10.1f}  {mb * 1e6:13.1f}  "
               f"{ma / mb:5.2f}x")
+        print(json.dumps({"shape": list(shape), "mode": mode, "x.var_us": ma * 1e6,
+                          "two_pass_us": mb * 1e6, "ratio": ma / mb}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,4 +80,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("batch_norm_variance")(main)()

@@ -164,4 +164,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("data_cache")(main)()

@@ -1,4 +1,4 @@
-"""Scaling of meta-training from 1 to N processes on this machine (torch.distributed, gloo).
+"""Scaling of meta-training from 1 to N processes on one machine (torch.distributed, gloo).
 
 Runs ``funcgraph meta-train`` with the default model and data for a few steps, once per process
 count, with threads per process set so that every configuration uses the same cores
@@ -82,4 +82,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("distributed_scaling")(main)()

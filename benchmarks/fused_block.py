@@ -149,4 +149,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("fused_block")(main)()

@@ -182,4 +182,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    sys.exit(recorded("gpu_check")(main)())

@@ -90,4 +90,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("imaml_cg")(main)()

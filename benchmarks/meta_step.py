@@ -36,7 +36,7 @@ longest in one step of the first variant (each kernel call timed directly). GFLO
 the useful work (FLOPs of the baseline step, counted once with ``torch.utils.flop_counter``)
 by each variant's time.
 
-Example (the issue's configuration; prints a table and JSON lines)::
+Example (15 queries per class, the MAML evaluation protocol; prints a table and JSON lines)::
 
     python benchmarks/meta_step.py --queries 15 --variant pool --reps 5
     python benchmarks/meta_step.py --queries 1 --variant strided   # the meta-train default
@@ -179,7 +179,7 @@ def peak_rss_in_child(variant: str) -> float:
 
 def compiled_task_grad(apply: BoundApply, steps: int, lr: float) -> TaskGradFn:
     """One task's second-order meta-gradient (``torch.func.grad`` of MAML's task loss) as one
-    ``torch.compile`` graph: the lead the issue measured, for the ``loop+compile`` variant."""
+    ``torch.compile`` graph, for the ``loop+compile`` variant."""
     inner, obj = InnerLoop(steps, lr), objective("classification")
 
     def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
@@ -244,7 +244,7 @@ def convolution_seconds(step: Callable[[], None], clock: Callable[[], float],
 def seconds_by_op(step: Callable[[], None]) -> dict[str, float]:
     """Wall seconds inside each aten operator during one ``step`` (forward, backward and
     double backward alike), timed around each kernel call. Unlike ``torch.profiler``, which
-    inflated this step's small kernels several-fold on the development machine, the kernels'
+    can inflate small kernels several-fold, the kernels'
     sum stays close to the step's own time."""
     from collections import defaultdict
 
@@ -501,4 +501,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    recorded("meta_step")(main)()

@@ -11,12 +11,9 @@ line per version ends the run, and the exit code is non-zero if any version fail
     python benchmarks/torch_versions.py 2.12.1 --venvs /tmp/fg-venvs -- -x tests/test_meta_maml.py
 
 What installs where: PyPI has only CUDA builds of torch for Linux x86_64 (the CPU-only wheels
-live on download.pytorch.org, which the development machine cannot reach), so each venv is a
-CUDA build of about 5 GB that also runs on the CPU. On the development machine torch 2.14.1
-and most of its NVIDIA packages lie on local disk (pip takes them from there, no download);
-2.11.0 needs about 1.6 GiB from PyPI (torch 506 MiB and the NVIDIA libraries whose versions
-differ from 2.14.1's). 2.13.0 is the project venv's own (a CPU build on local disk). Check
-``df -h`` first: the two venvs took 5.1 GB (2.11.0) and 5.8 GB (2.14.1).
+live on download.pytorch.org), so where pip reaches only PyPI each venv is a CUDA build of
+several GB that also runs on the CPU; pip takes wheels from a local cache or index where it
+has one. Check ``df -h`` first.
 
 Results of one run each are in docs/testing.md ("Other torch releases").
 """
@@ -88,4 +85,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from records import recorded  # benchmarks/records.py: --record appends a record
+
+    sys.exit(recorded("torch_versions")(main)())

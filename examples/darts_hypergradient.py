@@ -9,21 +9,19 @@ unrolled weight step) and second order by the paper's central difference at a fe
 
 The defaults are small so that it runs in well under a minute on a CPU: the exact
 hypergradient differentiates through a whole supernet step (second order through every mixed
-op) and each finite difference costs two more gradients. One torch thread by default, as
-``meta-train``: on the development machine (2 cores shared with other jobs) two threads took
-19 s and 33 s in two runs, then 4 min 16 s in a third with the machine busier (OpenMP threads
-spin-waiting for a core), where one thread took 16 s. The earlier defaults (``--C 8``,
-5 cells, batch 32, float32, two threads) took 9 min 17 s (the exact gradient alone 134 s).
+op) and each finite difference costs two more gradients. One torch thread by default: on a
+machine that other jobs share, OpenMP threads spin-wait for a core and two threads can be
+many times slower than one.
 
-What it prints with the defaults (float64): first order has cosine 0.72 to the exact
-hypergradient; the paper's central difference at its radius 0.01 is off by 1.35x the exact
-gradient's norm, and smaller radii get worse (10x at 1e-4, 36x at 1e-6) until, at 1e-7 and
-1e-8, it matches to 8e-10 and 8e-9 (7e-10 and 7e-9 with two threads). A difference quotient
-that grows as the radius shrinks is a function that is not smooth at that scale: ReLU and
-max-pool kinks lie within about 1e-6 of these weights along the direction, and a difference
-across a kink measures its jump. Below
-the kinks it converges to the exact value, which is the check that the exact one is right
-(tests/test_nas_bilevel.py makes the same comparison on a tiny supernet).
+What it prints: the first-order gradient's cosine to the exact hypergradient, and the
+relative error of the paper's central difference at each radius. At the paper's radius 0.01
+it is far off, and smaller radii can get worse before the error falls to rounding: a
+difference quotient that grows as the radius shrinks is a function that is not smooth at
+that scale (ReLU and max-pool kinks lie close to these weights along the direction, and a
+difference across a kink measures its jump). Below the kinks it converges to the exact
+value, which is the check that the exact one is right; the example asserts it at the
+smallest radius in float64 (tests/test_examples.py runs it, and tests/test_nas_bilevel.py
+makes the same comparison on a tiny supernet).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_parse_either_succeeds_or_raises_task_spec_error(text: str) -> None:
         assert spec.ways >= 2 and spec.shots >= 1 and spec.queries >= 1
 
 
-def test_parse_examples_from_the_issue() -> None:
+def test_parse_the_documented_task_specs() -> None:
     assert TaskSpec.parse("5way1shot") == TaskSpec(5, 1, 15)
     assert TaskSpec.parse("20way5shot") == TaskSpec(20, 5, 15)
     assert TaskSpec.parse("5way1shot15query") == TaskSpec(5, 1, 15)

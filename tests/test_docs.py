@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("**/*.md")])
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^`\s]*)\s*(.*)$")
 
 
@@ -191,6 +191,7 @@ def test_every_benchmark_and_example_imports(script: Path,
     import importlib.util
     import sys
 
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/x.py` runs it
     name = f"_script_{script.parent.name}_{script.stem}"
     spec = importlib.util.spec_from_file_location(name, script)
     assert spec is not None and spec.loader is not None, script

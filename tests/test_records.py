@@ -1,0 +1,147 @@
+"""Results as records: the writer, the run wrapper, the files in ``results/`` and the
+docs' results pages, whose tables must be what the records give."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = ROOT / "results"
+PAGES = sorted((ROOT / "docs" / "results").glob("*.md"))
+KEYS = {"name", "command", "commit", "dirty", "torch", "python", "machine", "date", "seconds",
+        "figures"}
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import record_run
+    import records
+    import results_pages
+
+    return {"records": records, "record_run": record_run, "results_pages": results_pages}
+
+
+def test_record_run_records_a_runs_test_line_metrics_and_printed_json(
+        tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(
+        '{"kind": "validation", "acc": 0.9}\n'
+        '{"kind": "test", "acc": 0.974612, "acc_ci95": 0.00301, "episodes": 600}\n')
+    line = "test (best checkpoint, 5way1shot): acc 97.46% +- 0.30% (95% CI, 600 tasks)"
+    script = (f"print('run directory: {run}'); print({line!r}); "
+              "print('{\"cells\": 3, \"cpu_s\": 1.5}')")
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "record_run.py"), "--name", "demo", "--results",
+         str(tmp_path / "results"), "--", sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=120, env={"OMP_NUM_THREADS": "1",
+                                                          "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert line in proc.stdout, "the command's output is passed through"
+    [record] = [json.loads(x) for x in (tmp_path / "results/demo.jsonl").read_text().splitlines()]
+    assert KEYS <= set(record), record.keys()
+    assert record["command"].startswith("OMP_NUM_THREADS=1 ") and "-c" in record["command"]
+    figures = record["figures"]
+    assert figures[0] == {"cells": 3, "cpu_s": 1.5}
+    assert figures[1]["test_line"] == line and figures[1]["acc"] == pytest.approx(0.9746)
+    assert figures[1]["acc_ci95"] == pytest.approx(0.0030) and figures[1]["episodes"] == 600
+    assert figures[2]["metrics_test"]["acc"] == 0.974612, "the unrounded test record"
+    assert set(figures[3]) == {"wall_s", "cpu_s"} and figures[3]["wall_s"] > 0
+    assert record["machine"]["cores"] >= 1 and record["machine"]["cpu"]
+
+
+def test_a_failing_command_is_not_recorded(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "record_run.py"), "--name", "demo", "--results",
+         str(tmp_path), "--", sys.executable, "-c", "raise SystemExit(3)"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and "nothing recorded" in proc.stderr
+    assert not (tmp_path / "demo.jsonl").exists()
+
+
+def test_a_benchmark_records_itself_with_the_record_flag(
+        bench: dict[str, ModuleType], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[list[str]] = []
+
+    def main(argv: list[str]) -> int:
+        seen.append(argv)
+        print("a table row")
+        print(json.dumps({"ratio": 2.5}))
+        return 7
+
+    wrapped = bench["records"].recorded("toy", results=tmp_path)(main)
+    assert wrapped(["--steps", "2"]) == 7 and not (tmp_path / "toy.jsonl").exists()
+    assert wrapped(["--steps", "2", "--record"]) == 7
+    assert seen == [["--steps", "2"], ["--steps", "2"]], "--record is not passed on"
+    [record] = bench["records"].read("toy", tmp_path)
+    assert record["figures"] == [{"ratio": 2.5}]
+    assert record["command"].endswith("python benchmarks/toy.py --steps 2")
+    assert "a table row" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.jsonl")), ids=lambda p: p.name)
+def test_every_record_says_what_where_and_when(path: Path) -> None:
+    for i, line in enumerate(path.read_text().splitlines()):
+        record = json.loads(line)
+        where = f"{path.name}:{i + 1}"
+        assert KEYS <= set(record), f"{where}: missing {KEYS - set(record)}"
+        assert record["name"] == path.stem, where
+        assert re.fullmatch(r"[0-9a-f]{40}", record["commit"]), where
+        assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1, where
+        datetime.fromisoformat(record["date"])
+        assert record["figures"], f"{where}: a record without figures"
+
+
+def test_every_benchmark_can_record_itself() -> None:
+    scripts = [p for p in BENCHMARKS.glob("*.py")
+               if p.stem not in ("records", "record_run", "results_pages")]
+    missing = [p.name for p in scripts if f'recorded("{p.stem}")(main)' not in p.read_text()]
+    assert not missing, f"benchmarks without --record: {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_results_pages_are_generated_from_the_records(
+        bench: dict[str, ModuleType], page: Path) -> None:
+    text = page.read_text()
+    assert bench["results_pages"].BLOCK.search(text), f"{page.name} has no record table"
+    assert bench["results_pages"].render(text) == text, (
+        f"{page.name} is stale: run `python benchmarks/results_pages.py`")
+
+
+# A measured figure: a number with a unit of time, memory, share or ratio.
+FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:%|s\b|ms\b|min\b|x\b|[KMG]i?B\b)")
+
+
+def figures_outside_tables(text: str, block: re.Pattern[str]) -> list[str]:
+    text = block.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # commands, not figures
+    text = re.sub(r"`[^`]*`", "", text)
+    return FIGURE.findall(text)
+
+
+def test_the_figure_finder_finds_figures_and_skips_commands(
+        bench: dict[str, ModuleType]) -> None:
+    block = bench["results_pages"].BLOCK
+    text = ("It took 3 min, 4.2 s and 1.35 GB at 1.14x; 93.15% +- 0.46%.\n"
+            "`--steps 500` and 5-way 1-shot on 2 cores\n"
+            "<!-- records: x -->\n| 97.46% |\n<!-- end records -->\n")
+    assert figures_outside_tables(text, block) == ["3 min", "4.2 s", "1.35 GB", "1.14x",
+                                                   "93.15%", "0.46%"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_results_pages_quote_no_figure_outside_their_record_tables(
+        bench: dict[str, ModuleType], page: Path) -> None:
+    found = figures_outside_tables(page.read_text(), bench["results_pages"].BLOCK)
+    assert not found, f"{page.name} quotes figures no record holds: {found}"
