@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 import os
+import shutil
 import types
 import typing
 from pathlib import Path
@@ -44,8 +46,12 @@ DRY = {"meta-train", "train", "search"}
 
 TEXT = ["/", "/proc/funcgraph-x", "[bold]x[/bold]", "[/x]", "", "no/such/dir", "-",
         "{FILE}", "5wayXshot", "hidden=abc", "=", "a" * 300, "../up", "1,1,0,28",
-        "5way1shot", "10shot", "conv4", "1,1,28,28", "hidden=0"]
-INTS = ["-1", "0", "1", str(10**30), "nan", "abc", "1e3", "[bold]", ""]
+        "5way1shot", "10shot", "conv4", "1,1,28,28", "hidden=0",
+        # sizes near and past what memory holds: refused from shapes, before allocating
+        "100000000shot", "5way100000shot", "100000way1shot", "hidden=100000000",
+        "data.max_length=100000", "data.max_length=abc", "width=1000000", "ways=3"]
+INTS = ["-1", "0", "1", str(10**30), "nan", "abc", "1e3", "[bold]", "", "100000", "65536",
+        str(2**31 - 1)]
 FLOATS = ["nan", "inf", "-inf", "-1", "0.5", "1e400", "abc", ""]
 """Mostly invalid values, and a few valid cheap ones so that some invocations get past
 parsing into the commands themselves."""
@@ -119,3 +125,116 @@ def test_hostile_arguments_end_in_exit_0_or_2_without_traceback_or_files(
                      if not any(p.resolve().is_relative_to(n) for n in named))
     assert not created, f"{args} created {created} outside the --out it named"
     assert not os.path.exists("/proc/funcgraph-x"), "something was written under /proc"
+
+
+# -- runs that are not what they claim: tampered sidecars, mismatched runs -------------------
+
+SINE = ["--dataset", "sinusoid", "--steps", "2", "--meta-batch", "2", "--episodes", "2",
+        "--val-episodes", "2", "--validate-every", "1", "--device", "cpu"]
+GLYPHS = ["--tasks", "5way1shot", "--steps", "1", "--meta-batch", "1", "--episodes", "2",
+          "--val-episodes", "1", "--validate-every", "0", "--device", "cpu"]
+
+
+def invoke(args: list[str]) -> tuple[int, str]:
+    threads = torch.get_num_threads()
+    try:
+        result = CliRunner().invoke(app, args)
+    finally:
+        torch.set_num_threads(threads)
+    assert "Traceback" not in result.output, f"{args}:\n{result.output}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{args}: raised {result.exception!r}")
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A finished sinusoid MAML run and a finished 5-way glyph ProtoNet run."""
+    root = tmp_path_factory.mktemp("fuzz-runs")
+    made = {"sine": root / "sine", "protonet": root / "protonet"}
+    for name, args in (("sine", SINE), ("protonet", GLYPHS)):
+        code, output = invoke(["meta-train", *args, "--out", str(made[name])])
+        assert code == 0, output
+    return made
+
+
+def _sidecars(run: Path) -> list[Path]:
+    return sorted((run / "checkpoints").glob("*.json"))
+
+
+def _edit_sidecars(run: Path, edit: Any) -> None:
+    for sidecar in _sidecars(run):
+        meta = json.loads(sidecar.read_text())
+        sidecar.write_text(json.dumps(edit(meta)))
+
+
+HOSTILE_RUNS: dict[str, Any] = {
+    "names is an int": lambda run: _edit_sidecars(run, lambda m: {**m, "names": 1}),
+    "groups is an int": lambda run: _edit_sidecars(run, lambda m: {**m, "groups": 1}),
+    "names of ints": lambda run: _edit_sidecars(run, lambda m: {**m, "names": {"params": [1]}}),
+    "step is text": lambda run: _edit_sidecars(run, lambda m: {**m, "step": "2"}),
+    "step is huge": lambda run: _edit_sidecars(run, lambda m: {**m, "step": 10**30}),
+    "sha256 of other bytes": lambda run: _edit_sidecars(run, lambda m: {**m, "sha256": "0" * 64}),
+    "tensors outside": lambda run: _edit_sidecars(run, lambda m: {**m, "tensors": "../c.pt"}),
+    "sidecar is a list": lambda run: [s.write_text("[1, 2]") for s in _sidecars(run)],
+    "sidecar truncated": lambda run: [s.write_text(s.read_text()[:20]) for s in _sidecars(run)],
+    "tensor file gone": lambda run: [p.unlink() for p in
+                                     (run / "checkpoints").glob("*.safetensors")],
+    "config of another model": lambda run: (run / "config.json").write_text(json.dumps(
+        {**json.loads((run / "config.json").read_text()),
+         "model": {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [7]}})),
+    "config of a train run": lambda run: (run / "config.json").write_text(json.dumps(
+        {"command": "train", "model": {"name": "mlp", "in_features": 1, "hidden": [3]}})),
+    "config is a list": lambda run: (run / "config.json").write_text("[]"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(HOSTILE_RUNS))
+def test_a_tampered_or_mismatched_run_is_one_error_line(runs: dict[str, Path], tmp_path: Path,
+                                                        damage: str) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["sine"], run)
+    HOSTILE_RUNS[damage](run)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    for args in (["evaluate", str(run), "--episodes", "2", "--device", "cpu"],
+                 ["export", str(run), "--out", str(run / "m.pt2")],
+                 ["meta-train", *SINE, "--steps", "3", "--out", str(run), "--resume"],
+                 ["runs", str(tmp_path)]):
+        code, output = invoke(args)
+        errors = [ln for ln in output.splitlines() if ln.startswith("error:")]
+        assert (code, len(errors)) in ((0, 0), (2, 1)), f"{damage}: {args}\n{output}"
+        if args[0] == "evaluate":
+            assert code == 2, f"{damage}: evaluate scored a damaged run\n{output}"
+    created = {p for p in tmp_path.rglob("*")} - set(before)
+    assert all(p.is_relative_to(run) for p in created), f"{damage}: wrote {created}"
+
+
+# -- documented decisions ---------------------------------------------------------------------
+
+def test_re_running_into_a_run_that_never_saved_starts_over(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"command": "meta-train", "steps": 99}))
+    (out / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n')
+    code, output = invoke(["meta-train", *SINE, "--out", str(out)])  # no --resume
+    assert code == 0, output
+    assert json.loads((out / "config.json").read_text())["steps"] == 2  # the new run's
+    code, output = invoke(["meta-train", *SINE, "--out", str(out)])  # now it saved steps
+    assert code == 2 and "already holds a run (2 steps done); pass --resume" in output, output
+
+
+def test_protonet_is_an_embedding_and_accepts_what_an_embedding_may(runs: dict[str, Path],
+                                                                   tmp_path: Path) -> None:
+    run = runs["protonet"]
+    code, output = invoke(["evaluate", str(run), "--tasks", "10way1shot", "--episodes", "2",
+                           "--device", "cpu"])
+    assert code == 0 and "acc" in output, output  # 10-way tasks by their prototypes
+    code, output = invoke(["export", str(run), "--out", str(tmp_path / "e.pt2"),
+                           "--batch-dependent"])
+    assert code == 0, output
+    features = torch.export.load(str(tmp_path / "e.pt2")).module()(torch.ones(4, 1, 28, 28))
+    assert features.shape == (4, 64), features.shape  # [N, 64] features, not 5 logits
+    code, output = invoke(["meta-train", *GLYPHS, "--set", "ways=3", "--dry-run"])
+    assert code == 0 and '"ways": 3' in output, output  # a 3-dimensional embedding
+    code, output = invoke(["meta-train", *GLYPHS, "--tasks", "10way1shot", "--dry-run"])
+    assert code == 0, output

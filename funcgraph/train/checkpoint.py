@@ -212,8 +212,8 @@ def check_sidecar(meta: Any, where: Path | str = "sidecar") -> None:
             isinstance(ns, list) and all(isinstance(n, str) for n in ns) for ns in names.values())):
         raise bad("names", "an object of group name -> list of tensor names", names)
     step = meta.get("step", 0)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise bad("step", "an int >= 0", step)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**63:
+        raise bad("step", "an int in [0, 2**63)", step)
     for field, (kind, expected) in _OPTIONAL.items():
         value = meta.get(field)
         if field in meta and (not isinstance(value, kind) or (
