@@ -96,8 +96,9 @@ def cond(
 
     Arguments:
         pred: a Python bool or a one-element bool tensor (``x.sum() > 0``).
-        true_fn, false_fn: functions of the operands returning tensors (or tuples/dicts of
-            tensors) of the same structure, shapes and dtypes in both branches.
+        true_fn: a function of the operands returning tensors (or tuples/dicts of tensors)
+            of the same structure, shapes and dtypes as ``false_fn``'s.
+        false_fn: the other branch, of the same form.
         operands: the tensors both branches take.
     Returns:
         The chosen branch's output. See the module docstring for how each context evaluates

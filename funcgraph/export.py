@@ -131,7 +131,9 @@ def export(
     ``running_stats=True``, which meta-train's ``--bn-running-stats`` accumulates).
 
     Arguments:
-        model, params, state: what to export (the tensors are copied into the program).
+        model: what to export.
+        params: its params (copied into the program).
+        state: its state (copied into the program).
         example_inputs: the input ``x`` (or a tuple when the model takes several tensors).
         dynamic_batch: make dim 0 of every input symbolic. An example batch of 1 is repeated
             to 2 for tracing, because torch specialises size-1 dims.

@@ -39,7 +39,8 @@ def threefry2x32(key: Key, x0: Tensor, x1: Tensor) -> tuple[Tensor, Tensor]:
 
     Arguments:
         key: ``(2,)`` int64 words in ``[0, 2**32)``.
-        x0, x1: counter words, int64 tensors of one shape, values in ``[0, 2**32)``.
+        x0: the first counter word, an int64 tensor with values in ``[0, 2**32)``.
+        x1: the second counter word, of ``x0``'s shape and range.
     Returns:
         The two 32-bit output words, int64 tensors of the counters' shape.
     """

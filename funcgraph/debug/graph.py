@@ -284,8 +284,9 @@ def capture(
 
     Arguments:
         fn: any function of tensors, e.g. ``model.apply`` or ``bind(model, state)``.
-        args, kwargs: its arguments. Flat ``dict[str, Tensor]`` positional arguments (params,
+        *args: its positional arguments. Flat ``dict[str, Tensor]`` arguments (params,
             state) name their tensors; other floating tensors become ``input`` nodes.
+        **kwargs: its keyword arguments, treated alike.
         names: name the tensors from this dict instead of from the arguments.
         hide_views: fold view ops (``view``, ``t``, ``expand``...) into their input.
 

@@ -72,7 +72,8 @@ def resnet(
             0 gives the plain ResNet.
         drop_probs: explicit drop probability per block (``3n`` values) instead of the rule.
         mode: stochastic-depth mode, ``"batch"`` (dropped blocks are skipped) or ``"row"``.
-        warmup_steps, warmup_start_scale: optional :class:`Warmup` of the drop probabilities.
+        warmup_steps: optional :class:`Warmup` of the drop probabilities: its steps.
+        warmup_start_scale: the warm-up's starting scale of the drop probabilities.
     Returns:
         A :class:`~funcgraph.Model` mapping ``(B, in_channels, H, W)`` to ``(B, num_classes)``
         logits; training needs a key when any drop probability is positive. Its returned state

@@ -161,7 +161,11 @@ def lstm(
     """A stacked LSTM over padded sequences, with params named and laid out as ``nn.LSTM``.
 
     Arguments:
-        input_size, hidden_size, num_layers, bias, batch_first: as ``nn.LSTM``.
+        input_size: as ``nn.LSTM``.
+        hidden_size: as ``nn.LSTM``.
+        num_layers: as ``nn.LSTM``.
+        bias: as ``nn.LSTM``.
+        batch_first: as ``nn.LSTM``.
         dtype: dtype of the params (default ``torch.get_default_dtype()``), initialised
             ``U(-1/sqrt(H), 1/sqrt(H))`` from the key.
     Apply:

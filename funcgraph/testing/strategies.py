@@ -99,7 +99,8 @@ def tensors(
         shape: a fixed shape, a strategy of shapes, or ``None`` for :func:`shapes` defaults.
         dtype: a dtype or a strategy of dtypes (floating, integer or ``torch.bool``).
         device: a device or a strategy such as :func:`devices`.
-        min_value, max_value: the value range (integers are drawn from its integer part).
+        min_value: the low end of the value range (integers are drawn from its integer part).
+        max_value: the high end of the value range.
 
     Example::
 
