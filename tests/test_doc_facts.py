@@ -53,7 +53,7 @@ def test_the_thread_defaults_the_docs_state_are_the_commands() -> None:
         for m in re.finditer(r"`meta-train`(?:'s)? (?:`--threads` )?(?:defaults to|uses every "
                              r"core by default \(`--threads) (\w+)", flat):
             stated.append((name, m[1]))
-        for m in re.finditer(r"`meta-train` defaults to one thread", flat):
+        for _ in re.finditer(r"`meta-train` defaults to one thread", flat):
             stated.append((name, "1"))
     assert stated, "no page states meta-train's thread default"
     wrong = [(n, v) for n, v in stated if v != str(threads)]
