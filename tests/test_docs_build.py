@@ -34,7 +34,8 @@ def test_every_public_package_has_a_reference_page_with_every_module() -> None:
         modules = sorted(p.stem for p in (ROOT / "funcgraph" / package).glob("*.py")
                          if not p.stem.startswith("_"))
         missing = [m for m in modules if f"::: funcgraph.{package}.{m}\n" not in page]
-        assert not missing, f"docs/reference/{package}.md lacks modules {missing}"
+        assert not missing, (f"docs/reference/{package}.md lacks modules {missing}: add a "
+                             f"section `::: funcgraph.{package}.NAME` for each")
     nav = (ROOT / "mkdocs.yml").read_text()
     assert all(f"reference/{p}.md" in nav for p in PACKAGES), "a reference page not in the nav"
 
