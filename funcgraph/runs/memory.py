@@ -107,17 +107,16 @@ def tensor_bytes(tensors: Params) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def meta_example(shape: tuple[int, ...] | tuple[tuple[int, ...], ...],
-                 dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Any:
-    """A meta tensor of ``shape`` (a tuple of them for several shapes), refusing a shape whose
-    element count no tensor can hold."""
+def meta_example(shape: Any, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Any:
+    """A meta tensor of ``shape``, a tuple of ints (a tuple of such tensors for a tuple of
+    shapes, one dtype each), refusing a shape whose element count no tensor can hold."""
     if shape and isinstance(shape[0], tuple):
         return tuple(meta_example(s, (d,)) for s, d in zip(shape, dtypes, strict=True))
-    numel = math.prod(shape)  # type: ignore[arg-type]
+    numel = math.prod(shape)
     if numel > MAX_NUMEL:
         raise ConfigError(f"an input of shape {list(shape)} has {numel:.3g} elements; a torch "
                           f"tensor holds at most 2**63 - 1 ({MAX_NUMEL:.3g})")
-    return torch.empty(shape, dtype=dtypes[0], device="meta")  # type: ignore[arg-type]
+    return torch.empty(shape, dtype=dtypes[0], device="meta")
 
 
 def forward_bytes(model: Model, params: Params, state: Params, x: Any) -> int | None:
@@ -177,15 +176,16 @@ def check_task_sizes(model: Model, cfg: Any, sources: Any, device: torch.device)
     :class:`~funcgraph.runs.TaskSources`."""
     from .task_sources import regression_spec
 
+    shape: tuple[int, ...]
     if sources.kind == "regression":
         shots, queries = regression_spec(cfg.tasks, cfg.dataset)
         examples, shape = shots + queries, (1, 1)
-    else:
+    else:  # (1, channels, size, size)
         from ..data.tasks import TaskSpec
 
         spec = TaskSpec.parse(cfg.tasks)
         examples = spec.ways * (spec.shots + (cfg.train_queries or spec.queries))
-        shape = (1, sources.in_channels, sources.image_size, sources.image_size)
+        shape = (1, int(sources.in_channels), int(sources.image_size), int(sources.image_size))
     example = meta_example(shape)
     data = cfg.meta_batch * examples * (example.numel() * example.element_size() + 8)
     check_sizes(model, example, Sizes(examples, data, what="examples of one task"), device,
