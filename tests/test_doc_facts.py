@@ -72,3 +72,18 @@ def test_the_readme_prints_the_newest_recorded_result() -> None:
     assert newest["command"].endswith("funcgraph meta-train --tasks 5way1shot"), newest["command"]
     recorded = [f["test_line"] for f in newest["figures"] if "test_line" in f]
     assert recorded == printed, f"README prints {printed}, the newest record {recorded}"
+
+
+def test_the_set_up_commands_are_what_ci_runs_and_the_torch_note_says_what_the_pin_does(
+        ) -> None:
+    from test_docs import code_blocks
+
+    commands = [code.strip() for _, info, code in code_blocks(README) if info == "bash"]
+    assert len(commands) >= 2 and all(c.startswith("python3 -m venv .venv") for c in commands[:2])
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == commands[1], f".ci/run runs {ci!r}, the README says {commands[1]!r}"
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert commands[0] in index and commands[1] in index, "docs/index.md repeats both commands"
+    note = " ".join(README.split())
+    assert "does not by itself choose a CPU build" in note
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in note
