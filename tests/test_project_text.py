@@ -19,7 +19,7 @@ BANNED = [
     (r"\bsessions?\b", "no sessions: say what was measured and how"),
     (r"\bagents?\b", "no agents: say what ran beside the measurement"),
     (r"\bissue(?:s|'s)?\b|#\d{2,}\b", "cite the repository's files, not issues"),
-    (r"\bdevelopment machine\b|\bthis project's\b|\bthe shared 2-core\b",
+    (r"\bdevelopment machine\b|\b(?:this|the) project's\b|\bthe shared 2-core\b",
      "say what the machine is (\"a 2-core x86-64 CPU\")"),
     (r"\.\./shared\b|/work/", "cite only files inside the repository"),
 ]

@@ -28,14 +28,11 @@ file, an impossible task spec) exit with code 2 and one line on stderr; Ctrl-C e
 `meta-train`, `train` and `search` take `--dry-run`: everything is checked (options, data,
 model, one step, a memory estimate) and the resolved config is printed; nothing is written.
 
-`--threads` defaults, measured on the project's 2-core machine: `search --steps 12` took 39 s
-wall with 1 thread against 572 s with torch's default of 2 while other jobs ran (OpenMP
-threads spinning against each other), so `search` defaults to 1; `train --steps 30`
-(resnet-sd) took 5.2-5.7 s with 2 threads against 6.6-6.7 s with 1 (two runs each), and
-`meta-train` (the default 5-way 1-shot run, vmap strategy) trained 170 tasks/s with 2
-threads against 100 with 1 on the idle machine (two interleaved runs each), so `train`,
-`meta-train` and `evaluate` keep torch's default (0: one thread per core). On a machine
-shared with other jobs, `--threads 1` can be much faster (see docs/meta-learning.md).
+`--threads` defaults: `search` defaults to 1, because on a machine shared with other jobs
+OpenMP threads spin against each other and a second thread can make a search many times
+slower; `train`, `meta-train` and `evaluate` keep torch's default (0: one thread per core),
+the faster on an idle machine. On a machine shared with other jobs, `--threads 1` can be much
+faster (see docs/design.md, "Threads").
 """
 
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
