@@ -128,7 +128,7 @@ def _window3(x: Tensor, pad_value: float, combine: Callable[[Tensor, Tensor], Te
 
 
 def max_pool_3x3(stride: int) -> Model:
-    """``F.max_pool2d(x, 3, stride, 1)`` as shifted maxima: the same values, but ~25x faster
+    """``F.max_pool2d(x, 3, stride, 1)`` as shifted maxima: the same values, but much faster
     than torch 2.13's CPU kernel at the small sizes a search uses (the search's hot spot)."""
 
     def fn(x: Tensor) -> Tensor:
