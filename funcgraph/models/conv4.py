@@ -7,7 +7,7 @@ Two variants, as in the MAML paper (Finn et al., 2017):
   32 filters, 84 -> 42 -> 21 -> 10 -> 5, a head over 32 * 5 * 5 = 800 features.
 * ``"strided"`` (the default): 3x3 convolutions with stride 2 and no pooling, then the mean
   over the spatial positions; the MAML paper's Omniglot model. Cheaper than
-  ``"pool"`` per image (the convolutions after the first run on 4x fewer positions), which
+  ``"pool"`` per image (its convolutions compute 4x fewer output positions), which
   is why it is the CPU default.
 
 By default batch norm uses the statistics of the batch it sees (``track_running_stats=False``):
