@@ -99,5 +99,38 @@ def check_sequence(fn: str, name: str, value: object, what: str) -> list[Any]:
     return list(value)
 
 
-__all__ = ["check_fraction", "check_int", "check_ints", "check_number", "check_sequence",
-           "check_sizes"]
+
+
+def check_rate(fn: str, name: str, value: object) -> float:
+    """``value`` as a float if it is a finite number ``> 0``: a learning rate, a regulariser's
+    strength. Not a bool; zero (no step at all), NaN and the infinities are outside."""
+    if not _is_number(value) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{fn}: {name} must be a finite number > 0, got "
+                          f"{_shown(value, _is_number(value))}")
+    return float(value)
+
+
+def check_bool(fn: str, name: str, value: object) -> bool:
+    """``value`` if it is a bool (``0``/``1`` or a string are the usual mistakes)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{fn}: {name} must be True or False, got {_shown(value, False)}")
+    return value
+
+
+def check_choice(fn: str, name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` if it is one of the strings ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{fn}: {name} must be one of {list(choices)}, got "
+                          f"{_shown(value, isinstance(value, str))}")
+    return value
+
+
+def option(name: str) -> str:
+    """The command-line spelling of a config field: ``meta_lr`` -> ``--meta-lr``; run configs
+    name their options this way in messages (``check_int("meta-train", option("steps"),
+    ...)``)."""
+    return "--" + name.replace("_", "-")
+
+
+__all__ = ["check_bool", "check_choice", "check_fraction", "check_int", "check_ints",
+           "check_number", "check_rate", "check_sequence", "check_sizes", "option"]

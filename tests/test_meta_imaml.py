@@ -346,9 +346,9 @@ def test_task_grad_is_the_solve_and_evaluation_scores_the_adapted_params() -> No
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"lam": 0.0}, r"imaml: lam must be a number > 0, got 0.0"),
-    ({"inner_lr": -0.1}, r"imaml: inner_lr must be a number > 0, got -0.1"),
-    ({"cg_tol": -1e-3}, r"imaml: cg_tol must be a number >= 0, got -0.001"),
+    ({"lam": 0.0}, r"imaml: lam must be a finite number > 0, got 0.0"),
+    ({"inner_lr": -0.1}, r"imaml: inner_lr must be a finite number > 0, got -0.1"),
+    ({"cg_tol": -1e-3}, r"imaml: cg_tol must be a finite number >= 0.0, got -0.001"),
     ({"cg_steps": 0}, r"imaml: cg_steps must be an int >= 1, got 0"),
     ({"inner_steps": -1}, r"imaml: inner_steps must be an int >= 0, got -1"),
     ({"eval_steps": 2.5}, r"imaml: eval_steps must be an int >= 0, got 2.5"),

@@ -192,7 +192,7 @@ def test_a_task_failing_on_a_worker_thread_raises_in_the_caller() -> None:
     with pytest.raises(ValueError, match="task 2 is broken"):
         mean_task_grads(task_grad, params, tasks, strategy="threads", workers=2)
     assert torch.get_num_threads() == before
-    with pytest.raises(ConfigError, match="workers must be >= 1, got 0"):
+    with pytest.raises(ConfigError, match="mean_task_grads: workers must be an int >= 1, got 0"):
         mean_task_grads(task_grad, params, tasks, strategy="threads", workers=0)
 
 

@@ -255,7 +255,7 @@ def test_evaluation_past_the_trained_steps_reuses_the_last_rate_and_row() -> Non
     short = mamlpp(apply, inner_steps=2, inner_lr=0.2, eval_steps=4)
     meta = perturbed(short.init(params))
     # The same learner trained for 4 steps, with steps 2 and 3 set to step 1's rate and row.
-    long = mamlpp(apply, inner_steps=4, inner_lr=0.2)
+    long = mamlpp(apply, inner_steps=4, inner_lr=0.2, eval_steps=4)
     extended = {n: torch.cat([p, p[-1:], p[-1:]])
                 if n.startswith((STEP_LR_PREFIX, STEP_BN_PREFIX)) else p for n, p in meta.items()}
     task = image_tasks(7).pick(0)
@@ -298,7 +298,7 @@ def test_at_step_is_the_identity_for_step_free_learners_and_checks_the_step() ->
     ({"eval_steps": -1}, r"eval_steps must be an int >= 0, got -1"),
     ({"msl_anneal_steps": 0}, r"msl_anneal_steps must be an int >= 1, got 0"),
     ({"first_order_until": -2}, r"first_order_until must be an int >= 0, got -2"),
-    ({"lslr": "yes"}, r"lslr must be a bool, got 'yes'"),
+    ({"lslr": "yes"}, r"mamlpp: lslr must be True or False, got 'yes'"),
     ({"per_step_bn": 1}, r"per_step_bn must be None .*, got 1"),
     ({"bn_suffixes": "norm.weight"}, r"bn_suffixes must be a sequence"),
     ({"bn_suffixes": []}, r"bn_suffixes must be a non-empty sequence"),
@@ -383,7 +383,8 @@ def test_running_stats_score_each_query_on_its_own() -> None:
         scored.task_eval(meta, task), with_garbage.task_eval(meta, task), strict=True)), (
         "the support passes use the support set's statistics, not the rows of their steps")
     assert gap(learner) > 1e-6, "batch statistics couple the queries (the test can fail)"
-    assert scored.hparams["step_running_stats"] and "step_running_stats" not in learner.hparams
+    assert scored.task_eval is not learner.task_eval and scored.settings == learner.settings, (
+        "only the evaluation changes")
 
 
 def test_running_stats_are_refused_where_they_do_not_apply() -> None:

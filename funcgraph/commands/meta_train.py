@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ..data.registry import dataset_help, image_size_help
+from ..meta.registry import algorithm_help, defaults_help, recipe_help
 from .common import (
     BackendOption,
     DeviceOption,
@@ -27,17 +28,6 @@ from .common import (
     use_threads,
     user_errors,
 )
-
-
-class Algo(StrEnum):
-    maml = "maml"
-    fomaml = "fomaml"
-    metasgd = "metasgd"
-    anil = "anil"
-    mamlpp = "mamlpp"
-    imaml = "imaml"
-    reptile = "reptile"
-    protonet = "protonet"
 
 
 class MetaOptimizer(StrEnum):
@@ -64,9 +54,10 @@ def meta_train(
         help="Task spec: 5way1shot, 20way5shot, 5way1shot15query (sinusoid: 10shot). "
              "Validation and test use it; training uses --train-queries queries per class.")
     ] = None,
-    algo: Annotated[Algo | None, typer.Option(
-        help="Meta-learning algorithm (default: protonet on image datasets, maml on "
-             "sinusoid).")] = None,
+    algo: Annotated[str | None, typer.Option(
+        help=f"Meta-learning algorithm: {algorithm_help()} (default: protonet on image "
+             "datasets, maml on sinusoid); or one of your own, registered with "
+             "funcgraph.meta.register_algorithm in a module given to --import.")] = None,
     dataset: Annotated[str, typer.Option(
         help=f"The tasks' dataset: {dataset_help()}; or one of your own, registered with "
              "funcgraph.data.register_dataset in a module given to --import.")
@@ -78,14 +69,21 @@ def meta_train(
         min=8, max=512, help=f"Resize images to this square size (default: the dataset's: "
                              f"{image_size_help()}).")] = None,
     meta_batch: Annotated[int | None, typer.Option(
-        min=1, max=100_000, help="Tasks per meta-step (default 32; mamlpp 16).")] = None,
+        min=1, max=100_000,
+        help=f"Tasks per meta-step (default 32; {recipe_help('meta_batch')}).")] = None,
     steps: Annotated[int | None, typer.Option(
-        min=1, max=10**7, help="Meta-steps (default 500; mamlpp 650).")] = None,
+        min=1, max=10**7, help=f"Meta-steps (default 500; {recipe_help('steps')}).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
-        min=0, max=1000, help="Inner SGD steps in meta-training.")] = None,
+        min=0, max=1000,
+        help=f"Inner SGD steps in meta-training (default {defaults_help('inner_steps')}).")
+    ] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(
-        min=0, max=1000, help="Inner SGD steps at validation and test.")] = None,
-    inner_lr: Annotated[float | None, typer.Option(help="Inner learning rate.")] = None,
+        min=0, max=1000,
+        help=f"Inner SGD steps at validation and test (default {defaults_help('eval_steps')}).")
+    ] = None,
+    inner_lr: Annotated[float | None, typer.Option(
+        help=f"Inner learning rate (default {defaults_help('inner_lr')}; sinusoid 0.01).")
+    ] = None,
     meta_lr: Annotated[float | None, typer.Option(help="Adam learning rate of the meta-step.")
                        ] = None,
     first_order: Annotated[bool, typer.Option(
@@ -115,21 +113,26 @@ def meta_train(
                                "towards the last inner step (default: 15% of --steps).")] = None,
     first_order_until: Annotated[int | None, typer.Option(
         min=0, max=10**7, help="MAML++: first-order meta-gradients before this meta-step "
-                               "(derivative-order annealing; default 0).")] = None,
+                               f"(derivative-order annealing; default "
+                               f"{defaults_help('first_order_until')}).")] = None,
     bn_running_stats: Annotated[bool, typer.Option(
         "--bn-running-stats",
         help="MAML++: validate and test with per-step batch-norm running statistics (each "
              "query scored on its own) instead of each batch's statistics.")] = False,
     imaml_lambda: Annotated[float | None, typer.Option(
-        help="iMAML: the proximal regulariser's strength (default 1).")] = None,
+        help=f"iMAML: the proximal regulariser's strength (default {defaults_help('lam')}).")
+    ] = None,
     cg_steps: Annotated[int | None, typer.Option(
-        min=1, max=1000, help="iMAML: conjugate-gradient steps at most (default 5).")] = None,
+        min=1, max=1000,
+        help=f"iMAML: conjugate-gradient steps at most (default {defaults_help('cg_steps')}).")
+    ] = None,
     cg_tol: Annotated[float | None, typer.Option(
-        help="iMAML: stop CG at this relative residual (default 1e-3).")] = None,
+        help=f"iMAML: stop CG at this relative residual (default {defaults_help('cg_tol')}).")
+    ] = None,
     train_queries: Annotated[int | None, typer.Option(
         min=1, max=1000,
-        help="Query examples per class in meta-training (default 1; mamlpp 3; protonet "
-             "and reptile 5).")] = None,
+        help=f"Query examples per class in meta-training (default 1; "
+             f"{recipe_help('train_queries')}).")] = None,
     rotate: Annotated[bool, typer.Option(
         "--rotate", help="Add 90/180/270-degree rotated classes to training (MAML protocol).")
     ] = False,
@@ -188,7 +191,7 @@ def meta_train(
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
     cfg = default_config(
-        None if algo is None else algo.value, dataset, tasks=tasks,
+        algo, dataset, tasks=tasks,
         data_root=str(data_root) if data_root is not None else None, image_size=image_size,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,

@@ -3,97 +3,139 @@ prototypical networks.
 
 Every algorithm is a :class:`MetaLearner`, pure functions over a flat dict of
 meta-parameters taking any ``apply(params, x)``; :mod:`.strategy` maps them over a batch of
-tasks (``vmap``, a loop or threads) and :mod:`.evaluate` scores held-out tasks with a 95% CI.
-The run behind ``funcgraph meta-train`` (config, checkpoints, validation) is
-:mod:`funcgraph.runs.meta_train`.
+tasks (``vmap``, a loop or threads), :func:`meta_step` is one step of meta-training (the
+mean meta-gradient of a batch of tasks and the optimiser's update) and :mod:`.evaluate`
+scores held-out tasks with a 95% CI. Each algorithm's settings are a typed record
+(:mod:`.settings`) whose defaults are the algorithm's everywhere, and :mod:`.registry` names
+every algorithm a run can use (``register_algorithm`` adds one of your own). The run behind
+``funcgraph meta-train`` (config, checkpoints, validation) is :mod:`funcgraph.runs.meta_train`.
+
+Each name loads its module on first use (PEP 562): the registry and the settings import no
+torch, so ``funcgraph meta-train --help`` lists the algorithms without loading one.
 """
 
-from ..model import BoundApply
-from .cg import CGResult, conjugate_gradient, hessian_vector
-from .evaluate import EvalResult, TaskSampler, confidence_interval, evaluate
-from .imaml import ImplicitGrad, imaml, imaml_solve, proximal_adapt
-from .learner import (
-    LEARNER_PREFIXES,
-    LR_PREFIX,
-    STEP_BN_PREFIX,
-    STEP_LR_PREFIX,
-    MetaLearner,
-    Objective,
-    Task,
-    accuracy,
-    model_params,
-    objective,
-)
-from .maml import InnerLoop, adapt, anil, fomaml, maml, metasgd, remat_task_grad, task_loss
-from .mamlpp import (
-    mamlpp,
-    mamlpp_loss,
-    msl_weights,
-    step_params,
-    step_running_stats,
-    with_step_running_stats,
-)
-from .protonet import protonet, protonet_logits, prototypes, squared_distances
-from .reptile import reptile
-from .strategy import (
-    CPU_VMAP_MAX_EXAMPLES,
-    DEFAULT_STRATEGY,
-    STRATEGIES,
-    default_strategy,
-    mean_task_grads,
-    measure_strategies,
-    resolve_strategy,
-    task_evals,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CPU_VMAP_MAX_EXAMPLES",
-    "DEFAULT_STRATEGY",
-    "LEARNER_PREFIXES",
-    "LR_PREFIX",
-    "STEP_BN_PREFIX",
-    "STEP_LR_PREFIX",
-    "STRATEGIES",
-    "BoundApply",
-    "CGResult",
-    "EvalResult",
-    "ImplicitGrad",
-    "InnerLoop",
-    "MetaLearner",
-    "Objective",
-    "Task",
-    "TaskSampler",
-    "accuracy",
-    "adapt",
-    "anil",
-    "confidence_interval",
-    "conjugate_gradient",
-    "default_strategy",
-    "evaluate",
-    "fomaml",
-    "hessian_vector",
-    "imaml",
-    "imaml_solve",
-    "maml",
-    "mamlpp",
-    "mamlpp_loss",
-    "mean_task_grads",
-    "measure_strategies",
-    "metasgd",
-    "model_params",
-    "msl_weights",
-    "objective",
-    "protonet",
-    "protonet_logits",
-    "prototypes",
-    "proximal_adapt",
-    "remat_task_grad",
-    "reptile",
-    "resolve_strategy",
-    "squared_distances",
-    "step_params",
-    "step_running_stats",
-    "task_evals",
-    "task_loss",
-    "with_step_running_stats",
-]
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "cg": ("CGResult", "conjugate_gradient", "hessian_vector"),
+    "evaluate": ("EvalResult", "TaskSampler", "confidence_interval", "evaluate"),
+    "imaml": ("ImplicitGrad", "imaml", "imaml_solve", "proximal_adapt"),
+    "learner": ("LEARNER_PREFIXES", "LR_PREFIX", "STEP_BN_PREFIX", "STEP_LR_PREFIX",
+                "MetaLearner", "Objective", "Task", "accuracy", "model_params", "objective"),
+    "maml": ("InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "remat_task_grad",
+             "task_loss"),
+    "mamlpp": ("mamlpp", "mamlpp_loss", "msl_weights", "step_params", "step_running_stats",
+               "with_step_running_stats"),
+    "protonet": ("protonet", "protonet_logits", "prototypes", "squared_distances"),
+    "registry": ("AlgorithmType", "Recipe", "TaskInfo", "algorithm_names", "algorithm_type",
+                 "register_algorithm"),
+    "reptile": ("reptile",),
+    "settings": ("AdaptSettings", "FomamlSettings", "ImamlSettings", "MamlSettings",
+                 "MamlppSettings", "ProtonetSettings", "ReptileSettings", "Settings"),
+    "step": ("StepMetrics", "meta_step"),
+    "strategy": ("CPU_VMAP_MAX_EXAMPLES", "DEFAULT_STRATEGY", "STRATEGIES", "default_strategy",
+                 "mean_task_grads", "measure_strategies", "resolve_strategy", "task_evals"),
+}
+"""Module -> the public names it defines: the one list of this package's surface."""
+
+if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORTS
+    from ..model import BoundApply  # noqa: F401
+    from .cg import CGResult, conjugate_gradient, hessian_vector  # noqa: F401
+    from .evaluate import EvalResult, TaskSampler, confidence_interval, evaluate  # noqa: F401
+    from .imaml import ImplicitGrad, imaml, imaml_solve, proximal_adapt  # noqa: F401
+    from .learner import (  # noqa: F401
+        LEARNER_PREFIXES,
+        LR_PREFIX,
+        STEP_BN_PREFIX,
+        STEP_LR_PREFIX,
+        MetaLearner,
+        Objective,
+        Task,
+        accuracy,
+        model_params,
+        objective,
+    )
+    from .maml import (  # noqa: F401
+        InnerLoop,
+        adapt,
+        anil,
+        fomaml,
+        maml,
+        metasgd,
+        remat_task_grad,
+        task_loss,
+    )
+    from .mamlpp import (  # noqa: F401
+        mamlpp,
+        mamlpp_loss,
+        msl_weights,
+        step_params,
+        step_running_stats,
+        with_step_running_stats,
+    )
+    from .protonet import protonet, protonet_logits, prototypes, squared_distances  # noqa: F401
+    from .registry import (  # noqa: F401
+        AlgorithmType,
+        Recipe,
+        TaskInfo,
+        algorithm_names,
+        algorithm_type,
+        register_algorithm,
+    )
+    from .reptile import reptile  # noqa: F401
+    from .settings import (  # noqa: F401
+        AdaptSettings,
+        FomamlSettings,
+        ImamlSettings,
+        MamlppSettings,
+        MamlSettings,
+        ProtonetSettings,
+        ReptileSettings,
+        Settings,
+    )
+    from .step import StepMetrics, meta_step  # noqa: F401
+    from .strategy import (  # noqa: F401
+        CPU_VMAP_MAX_EXAMPLES,
+        DEFAULT_STRATEGY,
+        STRATEGIES,
+        default_strategy,
+        mean_task_grads,
+        measure_strategies,
+        resolve_strategy,
+        task_evals,
+    )
+
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+_HOME["BoundApply"] = "..model"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        home = _HOME[name]
+        module = importlib.import_module(home if home.startswith(".") else f".{home}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """This package, whose functions named like their modules (``maml``, ``imaml``,
+    ``mamlpp``, ``reptile``, ``protonet``, ``evaluate``) stay functions: importing the
+    submodule ``funcgraph.meta.maml`` would otherwise bind the package attribute ``maml`` to
+    the module (the import system does), and ``from funcgraph.meta import maml`` would give
+    the module. Submodules stay reachable as ``sys.modules["funcgraph.meta.maml"]`` and by
+    ``from funcgraph.meta.maml import ...``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _HOME.get(name) == name:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+__all__ = sorted(_HOME)

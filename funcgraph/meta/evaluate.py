@@ -20,12 +20,13 @@ import torch
 from torch import Tensor
 
 from .. import random
+from ..checks import check_choice, check_int
 from ..data.tasks import confidence_interval
 from ..errors import ConfigError
 from ..params import Params
 from ..random import Key
 from .learner import MetaLearner, Task
-from .strategy import task_evals
+from .strategy import STRATEGIES, task_evals
 
 TaskSampler = Callable[[Key, int], Task]
 """``sample(key, num_tasks) -> Task``: a deterministic batch of tasks from one split."""
@@ -63,7 +64,7 @@ def evaluate(
     key: Key,
     episodes: int = 600,
     batch: int = 50,
-    strategy: str = "loop",
+    strategy: str = "auto",
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
 ) -> EvalResult:
@@ -72,10 +73,26 @@ def evaluate(
     Tasks are drawn ``batch`` at a time with keys ``fold_in(key, i)``, so the result depends
     only on ``key`` (not on ``batch``'s effect on timing). When the learner's model takes keys,
     task ``t`` of batch ``i`` gets ``split(fold_in(fold_in(key, i), _TASK_KEYS_TAG), n)[t]``.
-    ``dtype`` casts the inputs.
+    ``dtype`` casts the inputs. ``strategy`` runs the tasks as
+    :func:`~funcgraph.meta.strategy.task_evals` does (``"auto"``: the measured default for the
+    device and task size, as ``funcgraph meta-train`` evaluates).
+
+    Raises:
+        ConfigError: an argument of the wrong kind or out of range.
     """
-    if episodes < 1:
-        raise ConfigError(f"evaluate: episodes must be >= 1, got {episodes}")
+    if not isinstance(learner, MetaLearner):
+        raise ConfigError(f"evaluate: learner must be a MetaLearner, got "
+                          f"{type(learner).__name__}")
+    if not callable(sample):
+        raise ConfigError(f"evaluate: sample must be a function (key, num_tasks) -> Task, got "
+                          f"{sample!r}")
+    check_int("evaluate", "episodes", episodes)
+    check_int("evaluate", "batch", batch)
+    random.check_key("evaluate", key, batch=False)
+    check_choice("evaluate", "strategy", strategy, ("auto", *STRATEGIES))
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(f"evaluate: dtype must be None or a floating torch dtype, got "
+                          f"{dtype!r}")
     losses: list[Tensor] = []
     metrics: list[Tensor] = []
     done = 0

@@ -39,7 +39,6 @@ from functools import partial
 
 from torch import Tensor
 
-from ..checks import check_int
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
@@ -57,16 +56,8 @@ from .learner import (
     task_grad_of,
 )
 from .maml import _query_score
-
-
-def _check_positive(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """``value`` as a float if it is a number ``> 0`` (``>= 0`` with ``allow_zero``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-        value >= 0 if allow_zero else value > 0
-    ):
-        raise ConfigError(f"imaml: {name} must be a number {'>=' if allow_zero else '>'} 0, "
-                          f"got {value!r}")
-    return float(value)
+from .registry import TaskInfo
+from .settings import ImamlSettings
 
 
 def proximal_adapt(
@@ -154,12 +145,12 @@ def imaml(
     apply: BoundApply,
     *,
     kind: str = "classification",
-    inner_steps: int = 10,
-    inner_lr: float = 0.1,
-    lam: float = 1.0,
-    cg_steps: int = 5,
-    cg_tol: float = 1e-3,
-    eval_steps: int | None = None,
+    inner_steps: int = ImamlSettings.inner_steps,
+    inner_lr: float = ImamlSettings.inner_lr,
+    lam: float = ImamlSettings.lam,
+    cg_steps: int = ImamlSettings.cg_steps,
+    cg_tol: float = ImamlSettings.cg_tol,
+    eval_steps: int | None = ImamlSettings.eval_steps,
     name: str = "imaml",
 ) -> MetaLearner:
     """Implicit MAML as a :class:`MetaLearner`; see the module docstring.
@@ -168,28 +159,29 @@ def imaml(
         apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
             tasks with keys need it to take ``key=``.
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
-        inner_steps, inner_lr: gradient steps and rate on the proximal inner objective; the
-            rate should stay below ``2 / (L + lam)`` for a support loss of curvature ``L``.
+        inner_steps: gradient steps on the proximal inner objective.
+        inner_lr: their rate; it should stay below ``2 / (L + lam)`` for a support loss of
+            curvature ``L``.
         lam: the proximal regularisation strength (``> 0``); larger keeps ``phi`` closer to
             ``theta`` and conditions the CG system better.
         cg_steps: at most this many CG steps (Hessian-vector products) per task.
         cg_tol: CG stops once its relative residual is at most this (``0``: always
             ``cg_steps``).
-        eval_steps: proximal steps at evaluation (default ``inner_steps``).
+        eval_steps: proximal steps at evaluation (``None``: ``inner_steps``).
         name: the learner's name, for logs.
 
     Raises:
         ConfigError: an argument out of range (naming it and the value).
     """
+    settings = ImamlSettings(inner_steps, inner_lr,
+                             inner_steps if eval_steps is None else eval_steps, lam, cg_steps,
+                             cg_tol)
+    if not (isinstance(name, str) and name):
+        raise ConfigError(f"imaml: name must be a non-empty string, got {name!r}")
     apply, uses_keys = check_apply(apply, name)
     obj = objective(kind)
-    check_int("imaml", "inner_steps", inner_steps, minimum=0)
-    eval_count = inner_steps if eval_steps is None else check_int(
-        "imaml", "eval_steps", eval_steps, minimum=0)
-    check_int("imaml", "cg_steps", cg_steps)
-    lr = _check_positive("inner_lr", inner_lr)
-    lam_ = _check_positive("lam", lam)
-    tol = _check_positive("cg_tol", cg_tol, allow_zero=True)
+    eval_count, lr, lam_, tol = (settings.eval_steps, float(inner_lr), float(lam),
+                                 float(cg_tol))
     solve = partial(imaml_solve, apply, objective=obj, inner_steps=inner_steps, inner_lr=lr,
                     lam=lam_, cg_steps=cg_steps, cg_tol=tol)
 
@@ -203,9 +195,15 @@ def imaml(
         loss, metric = _query_score(apply, phi, task, obj)
         return loss.detach(), metric
 
-    hparams = {"inner_steps": inner_steps, "inner_lr": lr, "eval_steps": eval_count,
-               "lam": lam_, "cg_steps": cg_steps, "cg_tol": tol, "kind": kind}
-    return MetaLearner(name, dict, task_grad, task_eval, obj, hparams, uses_keys=uses_keys)
+    return MetaLearner(name, dict, task_grad, task_eval, obj, settings, uses_keys=uses_keys)
 
 
-__all__ = ["ImplicitGrad", "imaml", "imaml_solve", "proximal_adapt"]
+def build_imaml(apply: BoundApply, settings: ImamlSettings, info: TaskInfo) -> MetaLearner:
+    """The registry's builder: :func:`imaml` with ``settings`` for ``info``'s tasks."""
+    return imaml(apply, kind=info.kind, inner_steps=settings.inner_steps,
+                 inner_lr=settings.inner_lr, lam=settings.lam, cg_steps=settings.cg_steps,
+                 cg_tol=settings.cg_tol, eval_steps=settings.eval_steps,
+                 name=type(settings).OWNER)
+
+
+__all__ = ["ImplicitGrad", "build_imaml", "imaml", "imaml_solve", "proximal_adapt"]

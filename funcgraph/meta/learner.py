@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -52,11 +52,13 @@ import torch.utils._pytree as pytree
 from torch import Tensor
 
 from .. import random
+from ..checks import check_int
 from ..control import in_transform
 from ..errors import ConfigError, ShapeError
 from ..model import BoundApply
 from ..params import Params
 from ..random import Key
+from .settings import Settings
 
 LR_PREFIX = "inner_lr."
 """Meta-SGD's learned per-parameter inner learning rates live under this prefix."""
@@ -208,6 +210,9 @@ def check_apply(apply: BoundApply, who: str) -> tuple[BoundApply, bool]:
     carries a key raises a :class:`ConfigError` naming ``who`` rather than a ``TypeError``
     deep inside the inner loop.
     """
+    if not callable(apply):
+        raise ConfigError(f"{who}: apply must be a function f(params, x) -> prediction (e.g. "
+                          f"funcgraph.bind(model, state, train=True)), got {apply!r}")
     if accepts_key(apply):
         return apply, True
     name = getattr(apply, "__qualname__", type(apply).__name__)
@@ -250,7 +255,7 @@ OBJECTIVES: dict[str, Objective] = {
 def objective(kind: str) -> Objective:
     """The :class:`Objective` for ``"classification"`` (cross-entropy, accuracy) or
     ``"regression"`` (MSE, MSE)."""
-    if kind not in OBJECTIVES:
+    if not isinstance(kind, str) or kind not in OBJECTIVES:
         raise ConfigError(f"objective: kind must be one of {sorted(OBJECTIVES)}, got {kind!r}")
     return OBJECTIVES[kind]
 
@@ -272,7 +277,8 @@ class MetaLearner:
         task_grad: one task's meta-gradient, loss and metric.
         task_eval: one task's query loss and metric after adaptation with the eval settings.
         objective: the loss/metric pair.
-        hparams: the settings, for configs and logs.
+        settings: the typed settings it was built with (:mod:`funcgraph.meta.settings`), for
+            the run layer and logs; ``None`` for a learner assembled by hand.
         uses_keys: whether the model takes keys (its apply accepts ``key=``): then tasks
             carrying keys reach it, and :func:`~funcgraph.meta.evaluate.evaluate` attaches
             them; without, tasks must be key-free.
@@ -285,7 +291,7 @@ class MetaLearner:
     task_grad: TaskGradFn
     task_eval: TaskEvalFn
     objective: Objective
-    hparams: dict[str, Any] = field(default_factory=dict)
+    settings: Settings | None = None
     uses_keys: bool = False
     schedule: Callable[[int], MetaLearner] | None = None
 
@@ -295,9 +301,7 @@ class MetaLearner:
         Raises:
             ConfigError: ``step`` is not an int >= 0.
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ConfigError(f"MetaLearner.at_step: step must be an int >= 0 (the 0-based "
-                              f"meta-step), got {step!r}")
+        check_int("MetaLearner.at_step", "step", step, minimum=0)
         return self if self.schedule is None else self.schedule(step)
 
 

@@ -40,9 +40,10 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..checks import check_bool, check_int, check_rate
 from ..errors import ConfigError
 from ..model import BoundApply
-from ..params import Params
+from ..params import Params, partition
 from ..random import Key
 from ..train import Optimizer
 from .learner import (
@@ -60,6 +61,8 @@ from .learner import (
     support_keys,
     task_grad_of,
 )
+from .registry import TaskInfo
+from .settings import MamlSettings
 
 
 @dataclass(frozen=True)
@@ -74,14 +77,19 @@ class InnerLoop:
             (ANIL: ``"head"``); ``None`` adapts all.
     """
 
-    steps: int = 1
-    lr: float = 0.4
+    steps: int = MamlSettings.inner_steps
+    lr: float = MamlSettings.inner_lr
     first_order: bool = False
     adapt_prefix: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.steps, int) or self.steps < 0:
-            raise ConfigError(f"InnerLoop.steps must be an int >= 0, got {self.steps!r}")
+        check_int("InnerLoop", "steps", self.steps, minimum=0)
+        check_rate("InnerLoop", "lr", self.lr)
+        check_bool("InnerLoop", "first_order", self.first_order)
+        if self.adapt_prefix is not None and not (isinstance(self.adapt_prefix, str)
+                                                  and self.adapt_prefix):
+            raise ConfigError(f"InnerLoop: adapt_prefix must be None or a non-empty param-name "
+                              f"prefix such as 'head', got {self.adapt_prefix!r}")
 
     def adapts(self, name: str) -> bool:
         return self.adapt_prefix is None or name.startswith(self.adapt_prefix + ".")
@@ -112,7 +120,8 @@ def adapt(
     Arguments:
         apply: ``f(params, x) -> prediction``; with a ``key``, ``f(params, x, key=...)``.
         params: the starting point (the meta-parameters of the model).
-        x, y: the support set.
+        x: the support inputs.
+        y: the support targets.
         loss: ``loss(prediction, y) -> scalar``.
         inner: steps, learning rate, first order, which params adapt.
         lrs: per-parameter learning-rate tensors (Meta-SGD), used instead of ``inner.lr``.
@@ -125,8 +134,9 @@ def adapt(
     Returns:
         A new dict with every name of ``params``; non-adapted entries are the same tensors.
     """
-    fast = {n: params[n] for n in inner.adapted(params)}
-    frozen = {n: p for n, p in params.items() if n not in fast}
+    _check_adapt(apply, params, loss, inner, minibatches)
+    adapted = set(inner.adapted(params))
+    fast, frozen = partition(params, adapted.__contains__)
 
     def support_loss(f: Params, step_key: Key | None, step: int) -> Tensor:
         if minibatches:
@@ -148,6 +158,21 @@ def adapt(
             n: p - (lrs[n] if lrs is not None else inner.lr) * grads[n] for n, p in fast.items()
         }
     return {n: fast.get(n, p) for n, p in params.items()}
+
+
+def _check_adapt(apply: object, params: object, loss: object, inner: object,
+                 minibatches: object) -> None:
+    """Refuse arguments of :func:`adapt` of the wrong kind before a step runs."""
+    if not callable(apply) or not callable(loss):
+        bad, value = ("apply", apply) if not callable(apply) else ("loss", loss)
+        raise ConfigError(f"adapt: {bad} must be a function, got {value!r}")
+    if not isinstance(params, dict) or not params:
+        raise ConfigError(f"adapt: params must be a non-empty dict of tensors (a Params), got "
+                          f"{type(params).__name__}")
+    if not isinstance(inner, InnerLoop):
+        raise ConfigError(f"adapt: inner must be an InnerLoop (steps, lr, first_order), got "
+                          f"{inner!r}")
+    check_bool("adapt", "minibatches", minibatches)
 
 
 def task_loss(
@@ -208,11 +233,11 @@ def remat_task_grad(
         adapted = inner.adapted(params)
 
         def support_grad(p: Params, key: Key | None, *, create_graph: bool = False) -> Params:
-            frozen = {n: t for n, t in p.items() if n not in adapted}
+            fast, frozen = partition(p, inner.adapts)
             return grad_of(
                 lambda f: objective.loss(call(apply, {**frozen, **f}, task.support_x, key),
                                          task.support_y),
-                {n: p[n] for n in adapted}, create_graph=create_graph)
+                fast, create_graph=create_graph)
 
         def rate(n: str) -> Tensor | float:
             return lrs[n] if lrs is not None else inner.lr
@@ -249,13 +274,13 @@ def maml(
     apply: BoundApply,
     *,
     kind: str = "classification",
-    inner_steps: int = 1,
-    inner_lr: float = 0.4,
-    eval_steps: int | None = None,
-    first_order: bool = False,
+    inner_steps: int = MamlSettings.inner_steps,
+    inner_lr: float = MamlSettings.inner_lr,
+    eval_steps: int | None = MamlSettings.eval_steps,
+    first_order: bool = MamlSettings.first_order,
     learn_lr: bool = False,
     adapt_prefix: str | None = None,
-    remat: bool = False,
+    remat: bool = MamlSettings.remat,
     name: str | None = None,
 ) -> MetaLearner:
     """MAML (second order by default) as a :class:`MetaLearner`.
@@ -264,22 +289,33 @@ def maml(
         apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
             tasks with keys need it to take ``key=`` (see :func:`~.learner.check_apply`).
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
-        inner_steps, inner_lr: the inner loop used for meta-training.
-        eval_steps: inner steps at evaluation (default: ``inner_steps``).
+        inner_steps: steps of the inner loop used for meta-training.
+        inner_lr: the learning rate of that inner loop.
+        eval_steps: inner steps at evaluation (``None``: ``inner_steps``).
         first_order: first-order MAML.
         learn_lr: Meta-SGD (per-parameter learned inner rates, initialised to ``inner_lr``).
         adapt_prefix: adapt only params under this prefix (ANIL: ``"head"``).
         remat: rematerialise the inner loop (:func:`remat_task_grad`): same meta-gradient,
             peak memory of one inner step, first-order query pass.
+
+    The defaults are :class:`~funcgraph.meta.settings.MamlSettings`'s, which
+    ``funcgraph meta-train --algo maml`` uses too.
+
+    Raises:
+        ConfigError: an argument out of range or of the wrong type (naming it and the value).
     """
+    settings = MamlSettings(inner_steps, inner_lr,
+                            inner_steps if eval_steps is None else eval_steps, first_order, remat)
+    check_bool("maml", "learn_lr", learn_lr)
     default = "metasgd" if learn_lr else "anil" if adapt_prefix else (
         "fomaml" if first_order else "maml")
+    if name is not None and not (isinstance(name, str) and name):
+        raise ConfigError(f"maml: name must be None or a non-empty string, got {name!r}")
     apply, uses_keys = check_apply(apply, name or default)
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order, adapt_prefix)
     # Evaluation never differentiates through the adaptation: first order is exact there.
-    eval_inner = InnerLoop(inner_steps if eval_steps is None else eval_steps, inner_lr, True,
-                           adapt_prefix)
+    eval_inner = InnerLoop(settings.eval_steps, inner_lr, True, adapt_prefix)
 
     def init(params: Params) -> Params:
         if not learn_lr:
@@ -298,11 +334,7 @@ def maml(
         loss, metric = task_loss(apply, meta_params, task, objective=obj, inner=eval_inner)
         return loss.detach(), metric
 
-    hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr,
-               "eval_steps": eval_inner.steps, "first_order": first_order,
-               "learn_lr": learn_lr, "adapt_prefix": adapt_prefix, "kind": kind,
-               "remat": remat}
-    return MetaLearner(name or default, init, task_grad, task_eval, obj, hparams,
+    return MetaLearner(name or default, init, task_grad, task_eval, obj, settings,
                        uses_keys=uses_keys)
 
 
@@ -321,5 +353,25 @@ def anil(apply: BoundApply, *, head: str = "head", **kw: object) -> MetaLearner:
     return maml(apply, adapt_prefix=head, **kw)  # type: ignore[arg-type]
 
 
-__all__ = ["InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "remat_task_grad",
-           "task_loss"]
+def build_maml(apply: BoundApply, settings: MamlSettings, info: TaskInfo, *,
+               name: str | None = None, **variant: object) -> MetaLearner:
+    """The registry's builder of the MAML family: :func:`maml` with ``settings`` for
+    ``info``'s tasks (``variant``: ``learn_lr`` or ``adapt_prefix``)."""
+    return maml(apply, kind=info.kind, inner_steps=settings.inner_steps,  # type: ignore[arg-type]
+                inner_lr=settings.inner_lr, eval_steps=settings.eval_steps,
+                first_order=settings.first_order, remat=settings.remat,
+                name=name or type(settings).OWNER, **variant)
+
+
+def build_metasgd(apply: BoundApply, settings: MamlSettings, info: TaskInfo) -> MetaLearner:
+    """The registry's builder of Meta-SGD."""
+    return build_maml(apply, settings, info, name="metasgd", learn_lr=True)
+
+
+def build_anil(apply: BoundApply, settings: MamlSettings, info: TaskInfo) -> MetaLearner:
+    """The registry's builder of ANIL (adapting the params under ``"head"``)."""
+    return build_maml(apply, settings, info, name="anil", adapt_prefix="head")
+
+
+__all__ = ["InnerLoop", "adapt", "anil", "build_anil", "build_maml", "build_metasgd", "fomaml",
+           "maml", "metasgd", "remat_task_grad", "task_loss"]

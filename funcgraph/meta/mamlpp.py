@@ -82,6 +82,8 @@ from .learner import (
     task_grad_of,
 )
 from .maml import _query_score
+from .registry import TaskInfo
+from .settings import MAMLPP_META_STEPS, MamlppSettings
 
 BN_SUFFIXES = ("norm.weight", "norm.bias")
 """The default names of batch-norm params that get per-step copies (conv4's blocks)."""
@@ -277,10 +279,11 @@ def with_step_running_stats(
         ConfigError: ``learner`` is not MAML++, or ``rows`` has not one row per evaluation
             step plus one.
     """
-    if "lslr" not in learner.hparams:
+    settings = learner.settings
+    if not isinstance(settings, MamlppSettings):
         raise ConfigError(f"with_step_running_stats: per-step running statistics belong to "
                           f"MAML++ (--algo mamlpp), not {learner.name}")
-    steps, inner_lr = learner.hparams["eval_steps"], learner.hparams["inner_lr"]
+    steps, inner_lr = settings.eval_steps, settings.inner_lr
     if len(rows) != steps + 1:
         raise ConfigError(f"with_step_running_stats: {learner.name} evaluates with {steps} "
                           f"inner steps, so it needs {steps + 1} rows of statistics, got "
@@ -305,8 +308,7 @@ def with_step_running_stats(
         pred = forward(fast, steps, query_key(task.key), bn=bn, x=task.query_x, train=False)
         return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
 
-    return replace(learner, task_eval=task_eval,
-                   hparams={**learner.hparams, "step_running_stats": True})
+    return replace(learner, task_eval=task_eval)
 
 
 def _check_suffixes(value: object) -> tuple[str, ...]:
@@ -321,13 +323,14 @@ def mamlpp(
     apply: BoundApply,
     *,
     kind: str = "classification",
-    inner_steps: int = 5,
-    inner_lr: float = 0.4,
-    eval_steps: int | None = None,
-    lslr: bool = True,
-    multi_step_loss: bool = True,
-    msl_anneal_steps: int = 75,
-    first_order_until: int = 0,
+    inner_steps: int = MamlppSettings.inner_steps,
+    inner_lr: float = MamlppSettings.inner_lr,
+    eval_steps: int | None = MamlppSettings.eval_steps,
+    lslr: bool = MamlppSettings.lslr,
+    multi_step_loss: bool = MamlppSettings.multi_step_loss,
+    msl_anneal_steps: int | None = MamlppSettings.msl_anneal_steps,
+    meta_steps: int = MAMLPP_META_STEPS,
+    first_order_until: int = MamlppSettings.first_order_until,
     per_step_bn: bool | None = None,
     bn_suffixes: Sequence[str] = BN_SUFFIXES,
     name: str = "mamlpp",
@@ -339,14 +342,17 @@ def mamlpp(
         apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
             tasks with keys need it to take ``key=``.
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
-        inner_steps, inner_lr: the training inner loop (``inner_lr``: the initial learned
-            rates with ``lslr``); ``inner_steps >= 1``; the paper takes 5.
-        eval_steps: inner steps at evaluation (default ``inner_steps``).
+        inner_steps: steps of the training inner loop, ``>= 1``.
+        inner_lr: its rate (the initial learned rates with ``lslr``); the paper takes 5
+            steps, one is as good on
+            glyphs at half the cost (:class:`~funcgraph.meta.settings.MamlppSettings`).
+        eval_steps: inner steps at evaluation (``None``: ``inner_steps``).
         lslr: learn one inner rate per parameter tensor and step.
         multi_step_loss: weight the query loss of every step (:func:`msl_weights`).
-        msl_anneal_steps: meta-steps over which the MSL weights anneal to the last step. The
-            paper anneals over the first 15% of training (15 of 100 epochs); the default is
-            15% of ``funcgraph meta-train``'s 500 steps.
+        msl_anneal_steps: meta-steps over which the MSL weights anneal to the last step;
+            ``None``: 15% of ``meta_steps``, as the paper anneals over the first 15 of 100
+            epochs.
+        meta_steps: the meta-steps of the training run (for the ``None`` anneal).
         first_order_until: meta-steps ``< first_order_until`` are first order (0: never).
         per_step_bn: per-step batch-norm weights and biases: ``None`` when any param name
             ends in ``bn_suffixes``, ``True`` requires one (checked by ``init``).
@@ -356,16 +362,16 @@ def mamlpp(
     Raises:
         ConfigError: an argument out of range (naming it and the value).
     """
+    check_int("mamlpp", "inner_steps", inner_steps)
+    settings = MamlppSettings(inner_steps, inner_lr,
+                              inner_steps if eval_steps is None else eval_steps,
+                              msl_anneal_steps, first_order_until, lslr, multi_step_loss)
+    anneal = settings.anneal_steps(check_int("mamlpp", "meta_steps", meta_steps))
+    eval_count = settings.eval_steps
+    if not (isinstance(name, str) and name):
+        raise ConfigError(f"mamlpp: name must be a non-empty string, got {name!r}")
     apply, uses_keys = check_apply(apply, name)
     obj = objective(kind)
-    check_int("mamlpp", "inner_steps", inner_steps)
-    eval_count = inner_steps if eval_steps is None else check_int(
-        "mamlpp", "eval_steps", eval_steps, minimum=0)
-    check_int("mamlpp", "msl_anneal_steps", msl_anneal_steps)
-    check_int("mamlpp", "first_order_until", first_order_until, minimum=0)
-    for flag, value in (("lslr", lslr), ("multi_step_loss", multi_step_loss)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"mamlpp: {flag} must be a bool, got {value!r}")
     if per_step_bn is not None and not isinstance(per_step_bn, bool):
         raise ConfigError(f"mamlpp: per_step_bn must be None (when the model has batch norm), "
                           f"True or False, got {per_step_bn!r}")
@@ -390,22 +396,27 @@ def mamlpp(
                                    inner_lr=inner_lr, first_order=True, weights=None)
         return loss.detach(), metric
 
-    hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr, "eval_steps": eval_count,
-               "kind": kind, "lslr": lslr, "multi_step_loss": multi_step_loss,
-               "msl_anneal_steps": msl_anneal_steps, "first_order_until": first_order_until,
-               "per_step_bn": per_step_bn, "bn_suffixes": list(suffixes)}
-
     def at_step(step: int) -> MetaLearner:
         """The learner of meta-step ``step``: its MSL weights and derivative order."""
-        weights = msl_weights(inner_steps, step, msl_anneal_steps) if multi_step_loss else None
+        weights = msl_weights(inner_steps, step, anneal) if multi_step_loss else None
         task_grad = task_grad_of(partial(
             mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
             first_order=step < first_order_until, weights=weights))
-        return MetaLearner(name, init, task_grad, task_eval, obj, hparams,
+        return MetaLearner(name, init, task_grad, task_eval, obj, settings,
                            uses_keys=uses_keys, schedule=at_step)
 
     return at_step(0)
 
 
-__all__ = ["BN_SUFFIXES", "MSL_FLOOR", "mamlpp", "mamlpp_loss", "msl_weights", "step_params",
-           "step_running_stats", "with_step_running_stats"]
+def build_mamlpp(apply: BoundApply, settings: MamlppSettings, info: TaskInfo) -> MetaLearner:
+    """The registry's builder: :func:`mamlpp` with ``settings`` for ``info``'s tasks and run
+    length."""
+    return mamlpp(apply, kind=info.kind, inner_steps=settings.inner_steps,
+                  inner_lr=settings.inner_lr, eval_steps=settings.eval_steps,
+                  lslr=settings.lslr, multi_step_loss=settings.multi_step_loss,
+                  msl_anneal_steps=settings.msl_anneal_steps, meta_steps=info.meta_steps,
+                  first_order_until=settings.first_order_until, name=type(settings).OWNER)
+
+
+__all__ = ["BN_SUFFIXES", "MSL_FLOOR", "build_mamlpp", "mamlpp", "mamlpp_loss", "msl_weights",
+           "step_params", "step_running_stats", "with_step_running_stats"]

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import check_int
+from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
 from .learner import (
@@ -26,6 +28,8 @@ from .learner import (
     support_keys,
     task_grad_of,
 )
+from .registry import TaskInfo
+from .settings import ProtonetSettings
 
 
 def prototypes(support: Tensor, labels: Tensor, ways: int) -> Tensor:
@@ -50,7 +54,12 @@ def protonet_logits(embed: BoundApply, params: Params, task: Task, ways: int) ->
 
 def protonet(embed: BoundApply, *, ways: int) -> MetaLearner:
     """Prototypical networks over ``embed(params, x) -> (B, D)`` for ``ways``-way tasks (tasks
-    with keys need ``embed`` to take ``key=``)."""
+    with keys need ``embed`` to take ``key=``).
+
+    Raises:
+        ConfigError: ``ways`` is not an int >= 2.
+    """
+    check_int("protonet", "ways", ways, minimum=2)
     embed, uses_keys = check_apply(embed, "protonet")
     obj = objective("classification")
 
@@ -64,8 +73,16 @@ def protonet(embed: BoundApply, *, ways: int) -> MetaLearner:
         loss, acc = loss_fn(params, task)
         return loss.detach(), acc
 
-    return MetaLearner("protonet", dict, task_grad, task_eval, obj, {"ways": ways},
+    return MetaLearner("protonet", dict, task_grad, task_eval, obj, ProtonetSettings(),
                        uses_keys=uses_keys)
 
 
-__all__ = ["prototypes", "protonet", "protonet_logits", "squared_distances"]
+def build_protonet(embed: BoundApply, settings: ProtonetSettings, info: TaskInfo
+                   ) -> MetaLearner:
+    """The registry's builder: :func:`protonet` for ``info``'s ways."""
+    if info.kind != "classification" or info.ways is None:
+        raise ConfigError("--algo protonet needs a classification dataset (glyphs, omniglot)")
+    return protonet(embed, ways=info.ways)
+
+
+__all__ = ["build_protonet", "prototypes", "protonet", "protonet_logits", "squared_distances"]

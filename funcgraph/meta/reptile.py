@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..checks import check_int
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
@@ -33,8 +34,9 @@ from .learner import (
     query_key,
 )
 from .maml import InnerLoop, adapt
+from .registry import TaskInfo
+from .settings import INNER_OPTIMIZERS, ReptileSettings
 
-INNER_OPTIMIZERS = ("sgd", "adam")
 ADAM_BETAS = (0.0, 0.999)
 """The paper's inner Adam: no first-moment averaging (``beta1 = 0``)."""
 
@@ -43,31 +45,39 @@ def reptile(
     apply: BoundApply,
     *,
     kind: str = "classification",
-    inner_steps: int = 5,
-    inner_lr: float = 0.1,
-    eval_steps: int | None = None,
-    inner_optimizer: str = "sgd",
+    inner_steps: int = ReptileSettings.inner_steps,
+    inner_lr: float = ReptileSettings.inner_lr,
+    eval_steps: int | None = ReptileSettings.eval_steps,
+    inner_optimizer: str = ReptileSettings.inner_optimizer,
     ways: int | None = None,
 ) -> MetaLearner:
     """Reptile over ``apply(params, x)``; see the module docstring.
 
     Arguments:
         apply: ``f(params, x) -> prediction``; tasks with keys need it to take ``key=``.
-        inner_steps, inner_lr: steps and learning rate of the inner loop in training.
-        eval_steps: inner steps at evaluation (adapting on the support set only).
+        inner_steps: steps of the inner loop in training.
+        inner_lr: the learning rate of the inner loop.
+        eval_steps: inner steps at evaluation (adapting on the support set only; ``None``:
+            ``inner_steps``).
         inner_optimizer: ``"sgd"`` or ``"adam"`` (``betas = (0, 0.999)``, fresh per task).
         ways: classes per task, for an inner loop over class-balanced minibatches: step ``i``
             fits the ``i``-th example of every class (cycling), as many examples as a 1-shot
-            support set, instead of all of the task's examples at once; ``None``: all at once.
+            support set, instead of all of the task's examples at once; ``None``: all at once
+            (the registry's builder passes the tasks' ways when
+            :attr:`~funcgraph.meta.settings.ReptileSettings.inner_minibatches` is on).
+
+    Raises:
+        ConfigError: an argument out of range or of the wrong type (naming it and the value).
     """
-    if inner_optimizer not in INNER_OPTIMIZERS:
-        raise ConfigError(f"reptile: inner_optimizer must be one of {INNER_OPTIMIZERS}, got "
-                          f"{inner_optimizer!r}")
+    settings = ReptileSettings(inner_steps, inner_lr,
+                               inner_steps if eval_steps is None else eval_steps,
+                               inner_optimizer, ways is not None)
+    if ways is not None:
+        check_int("reptile", "ways", ways)
     apply, uses_keys = check_apply(apply, "reptile")
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order=True)
-    eval_inner = InnerLoop(inner_steps if eval_steps is None else eval_steps, inner_lr,
-                           first_order=True)
+    eval_inner = InnerLoop(settings.eval_steps, inner_lr, first_order=True)
 
     def fit(params: Params, x: Tensor, y: Tensor, inner: InnerLoop, key: Tensor | None,
             minibatches: bool = False) -> Params:
@@ -96,9 +106,20 @@ def reptile(
         pred = call(apply, fast, task.query_x, query_key(task.key))
         return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
 
-    hparams = {"inner_steps": inner_steps, "inner_lr": inner_lr,
-               "eval_steps": eval_inner.steps, "kind": kind, "inner_optimizer": inner_optimizer}
-    return MetaLearner("reptile", dict, task_grad, task_eval, obj, hparams, uses_keys=uses_keys)
+    return MetaLearner("reptile", dict, task_grad, task_eval, obj, settings,
+                       uses_keys=uses_keys)
 
 
-__all__ = ["reptile"]
+def build_reptile(apply: BoundApply, settings: ReptileSettings, info: TaskInfo
+                  ) -> MetaLearner:
+    """The registry's builder: :func:`reptile` with ``settings`` for ``info``'s tasks."""
+    if settings.inner_minibatches and info.ways is None:
+        raise ConfigError("reptile: inner_minibatches takes one example of every class per "
+                          "step; regression tasks have no classes (set it to False)")
+    return reptile(apply, kind=info.kind, inner_steps=settings.inner_steps,
+                   inner_lr=settings.inner_lr, eval_steps=settings.eval_steps,
+                   inner_optimizer=settings.inner_optimizer,
+                   ways=info.ways if settings.inner_minibatches else None)
+
+
+__all__ = ["INNER_OPTIMIZERS", "build_reptile", "reptile"]

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from ..checks import check_choice, check_int
 from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
@@ -92,17 +93,37 @@ def per_task(fn: Callable[[int], Result], num: int, *, workers: int = 1) -> Iter
         torch.set_num_threads(budget)
 
 
-def _check(strategy: str) -> None:
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+def _resolve(fn: str, fn_arg: object, meta_params: object, tasks: object, strategy: object,
+             chunk_size: object, workers: object) -> str:
+    """Check the arguments of :func:`mean_task_grads` / :func:`task_evals` (named ``fn``) and
+    resolve ``"auto"`` to the measured default for the tasks' device and size."""
+    if not callable(fn_arg):
+        raise ConfigError(f"{fn}: the per-task function must be callable (learner.task_grad or "
+                          f"learner.task_eval), got {fn_arg!r}")
+    if not isinstance(meta_params, dict):
+        raise ConfigError(f"{fn}: meta_params must be a dict of tensors (a Params), got "
+                          f"{type(meta_params).__name__}")
+    if not isinstance(tasks, Task):
+        raise ConfigError(f"{fn}: tasks must be a batch of tasks (funcgraph.meta.Task with a "
+                          f"leading task dim), got {type(tasks).__name__}")
+    check_choice(fn, "strategy", strategy, ("auto", *STRATEGIES))
+    for name, value in (("chunk_size", chunk_size), ("workers", workers)):
+        if value is not None:
+            check_int(fn, name, value)
+    if strategy != "auto":
+        return str(strategy)
+    return default_strategy(tasks.support_x.device, examples_per_task(tasks))
+
+
+def examples_per_task(tasks: Task) -> int:
+    """Examples (support + query) in each task of a batch: what the strategy depends on."""
+    return int(tasks.support_x.shape[1] + tasks.query_x.shape[1])
 
 
 def _workers(strategy: str, workers: int | None) -> int:
     """Worker threads of a non-vmap strategy: 1 for ``"loop"``."""
     if strategy != "threads":
         return 1
-    if workers is not None and workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}")
     return torch.get_num_threads() if workers is None else workers
 
 
@@ -124,7 +145,7 @@ def mean_task_grads(
     meta_params: Params,
     tasks: Task,
     *,
-    strategy: str = "loop",
+    strategy: str = "auto",
     chunk_size: int | None = None,
     workers: int | None = None,
 ) -> tuple[Params, Tensor, Tensor]:
@@ -134,11 +155,14 @@ def mean_task_grads(
         task_grad: ``(meta_params, one task) -> (grads, loss, metric)``.
         meta_params: shared by every task.
         tasks: a batch of ``T`` tasks (leading dim ``T`` on every tensor, the keys included).
-        strategy: ``"loop"``, ``"threads"`` or ``"vmap"``.
+        strategy: ``"loop"``, ``"threads"``, ``"vmap"``, or ``"auto"``: the measured default
+            for the tasks' device and size (:func:`default_strategy`), as
+            ``funcgraph meta-train`` runs.
         chunk_size: with ``"vmap"``, map at most this many tasks at a time (memory bound).
         workers: with ``"threads"``, the worker threads (default ``torch.get_num_threads()``).
     """
-    _check(strategy)
+    strategy = _resolve("mean_task_grads", task_grad, meta_params, tasks, strategy, chunk_size,
+                        workers)
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
@@ -161,13 +185,14 @@ def task_evals(
     meta_params: Params,
     tasks: Task,
     *,
-    strategy: str = "loop",
+    strategy: str = "auto",
     chunk_size: int | None = None,
     workers: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-task ``(losses (T,), metrics (T,))`` of ``task_eval`` over a batch of tasks
     (arguments as :func:`mean_task_grads`)."""
-    _check(strategy)
+    strategy = _resolve("task_evals", task_eval, meta_params, tasks, strategy, chunk_size,
+                        workers)
     if strategy == "vmap":
         loss, metric = _vmapped(task_eval, meta_params, tasks, chunk_size)
         return loss, metric
@@ -220,6 +245,7 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "STRATEGIES",
     "default_strategy",
+    "examples_per_task",
     "mean_task_grads",
     "measure_strategies",
     "per_task",

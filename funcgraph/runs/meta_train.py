@@ -15,40 +15,38 @@ stochastic depth). So a resumed run ends bit-identical to an uninterrupted one o
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from .. import distributed, random
-from ..data.registry import check_data_root
 from ..errors import CheckpointError, ConfigError
-from ..meta import (
-    EvalResult,
-    MetaLearner,
-    TaskSampler,
-    evaluate,
-    imaml,
-    maml,
-    mamlpp,
-    mean_task_grads,
-    protonet,
-    reptile,
-    resolve_strategy,
-    step_running_stats,
-    with_step_running_stats,
-)
-from ..meta.reptile import INNER_OPTIMIZERS
-from ..meta.strategy import CHOICES, STRATEGIES
+from ..meta.evaluate import EvalResult, TaskSampler, evaluate
+from ..meta.learner import MetaLearner
+from ..meta.mamlpp import step_running_stats, with_step_running_stats
+from ..meta.settings import AdaptSettings
+from ..meta.step import meta_step
+from ..meta.strategy import STRATEGIES, examples_per_task, resolve_strategy
 from ..model import Model, bind
-from ..params import Params
+from ..params import Params, count
 from ..placement import placed_model, resolve_device
 from ..random import Key
-from ..train import Groups, LoopConfig, Optimizer, Run, adam, cosine_lr, run_loop, sgd
+from ..train import (
+    DIVERGENCE_BOUND,
+    Groups,
+    LoopConfig,
+    Optimizer,
+    Run,
+    adam,
+    cosine_lr,
+    run_loop,
+    sgd,
+)
 from .curves import write_curves
 from .memory import (
     MemoryEstimate,
@@ -58,193 +56,17 @@ from .memory import (
     check_task_sizes,
     fmt_bytes,
 )
-from .options import check_count, check_rate
+from .meta_train_config import (
+    DATASET_DEFAULTS,
+    MetaTrainConfig,
+    algorithm_settings,
+    default_algo,
+    default_config,
+    task_info,
+)
 from .probe import probe
 from .resolve import ModelSpec, resolve_model, with_overrides
 from .task_sources import TaskSources, task_sources
-
-ALGOS = ("maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml", "reptile", "protonet")
-META_OPTIMIZERS = ("adam", "sgd")
-
-
-@dataclass(frozen=True)
-class MetaTrainConfig:
-    """Everything a meta-training run depends on (stored as the run's ``config.json``).
-
-    The defaults are the measured CPU recipe (docs/meta-learning.md): second-order MAML on the
-    strided conv4, one inner step at lr 0.5 in training, meta-batch 32 with one query per class
-    (learn2learn's Omniglot recipe; the step is several times cheaper than with 15), Adam at
-    3e-3, 3 inner steps at evaluation, 500 steps: validation accuracy on glyphs was 93.1% at
-    step 250, so 500 steps clear the 90% bar with margin in about 6 minutes of CPU.
-    """
-
-    algo: str = "maml"
-    dataset: str = "glyphs"
-    data_root: str | None = None
-    image_size: int | None = None
-    tasks: str = "5way1shot"
-    train_queries: int | None = 1
-    rotate: bool = False
-    meta_batch: int = 32
-    steps: int = 500
-    inner_steps: int = 1
-    inner_steps_eval: int = 3
-    inner_lr: float = 0.5
-    meta_lr: float = 3e-3
-    first_order: bool = False
-    remat: bool = False
-    cosine_meta_lr: bool = False
-    linear_meta_lr: bool = False
-    meta_optimizer: str = "adam"
-    inner_optimizer: str = "sgd"
-    inner_minibatches: bool = False
-    msl_anneal_steps: int | None = None
-    first_order_until: int = 0
-    bn_running_stats: bool = False
-    imaml_lambda: float = 1.0
-    cg_steps: int = 5
-    cg_tol: float = 1e-3
-    strategy: str = "auto"
-    seed: int = 0
-    validate_every: int = 250
-    val_episodes: int = 200
-    test_episodes: int = 600
-    checkpoint_every: int = 50
-    model: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.algo not in ALGOS:
-            raise ConfigError(f"--algo must be one of {ALGOS}, got {self.algo!r}")
-        if self.strategy not in CHOICES:
-            raise ConfigError(f"--strategy must be one of {CHOICES}, got {self.strategy!r}")
-        for name in ("meta_batch", "steps", "test_episodes", "val_episodes", "checkpoint_every"):
-            check_count(name, getattr(self, name), 1)
-        for name in ("inner_steps", "inner_steps_eval", "validate_every"):
-            check_count(name, getattr(self, name), 0)
-        if self.train_queries is not None:
-            check_count("train_queries", self.train_queries, 1)
-        for name in ("inner_lr", "meta_lr", "imaml_lambda"):
-            check_rate(name, getattr(self, name))
-        check_count("first_order_until", self.first_order_until, 0)
-        check_count("cg_steps", self.cg_steps, 1)
-        if self.msl_anneal_steps is not None:
-            check_count("msl_anneal_steps", self.msl_anneal_steps, 1)
-        if not (math.isfinite(self.cg_tol) and self.cg_tol >= 0):
-            raise ConfigError(f"--cg-tol must be a finite number >= 0, got {self.cg_tol!r}")
-        if self.meta_optimizer not in META_OPTIMIZERS:
-            raise ConfigError(f"--meta-optimizer must be one of {META_OPTIMIZERS}, got "
-                              f"{self.meta_optimizer!r}")
-        if self.inner_optimizer not in INNER_OPTIMIZERS:
-            raise ConfigError(f"--inner-optimizer must be one of {INNER_OPTIMIZERS}, got "
-                              f"{self.inner_optimizer!r}")
-        self._check_combination()
-
-    def _check_combination(self) -> None:
-        """Refuse options that contradict each other instead of ignoring one of them."""
-        if self.remat and self.algo in ("reptile", "protonet", "mamlpp", "imaml"):
-            raise ConfigError(f"--remat applies to the MAML family (maml, fomaml, metasgd, "
-                              f"anil); {self.algo} keeps no second-order graph")
-        if self.remat and (self.first_order or self.algo == "fomaml"):
-            raise ConfigError("--remat saves memory of the second-order gradient; first-order "
-                              "MAML keeps no second-order graph (drop one of the two)")
-        if self.cosine_meta_lr and self.linear_meta_lr:
-            raise ConfigError("--cosine-meta-lr and --linear-meta-lr are two schedules of the "
-                              "same rate; choose one")
-        if self.bn_running_stats and self.algo != "mamlpp":
-            raise ConfigError(f"--bn-running-stats: per-step running statistics are MAML++'s "
-                              f"(--algo mamlpp); {self.algo} evaluates with batch statistics")
-        if self.inner_minibatches and self.algo != "reptile":
-            raise ConfigError(f"--inner-minibatches applies to reptile, whose inner loop fits a "
-                              f"task's support and query examples; {self.algo} adapts on the "
-                              "support set")
-        if self.inner_optimizer != "sgd" and self.algo != "reptile":
-            raise ConfigError(f"--inner-optimizer {self.inner_optimizer} applies to reptile; "
-                              f"the inner loop of {self.algo} is SGD (its meta-gradient "
-                              "differentiates through it)")
-        if self.first_order and self.algo in ("reptile", "protonet", "imaml"):
-            raise ConfigError(f"--first-order applies to the MAML family; {self.algo} has no "
-                              "second-order term to drop")
-        if self.dataset == "sinusoid":
-            if "way" in self.tasks.lower():
-                raise ConfigError(f"--tasks {self.tasks}: sinusoid tasks are regression and "
-                                  "have no ways; use '<K>shot', e.g. --tasks 10shot")
-            if self.rotate:
-                raise ConfigError("--rotate adds rotated image classes; sinusoid has none")
-            if self.inner_minibatches:
-                raise ConfigError("--inner-minibatches takes one example of every class per "
-                                  "step; sinusoid tasks are regression and have no classes")
-        check_data_root(self.dataset, self.data_root)
-        if self.image_size is not None:
-            check_count("image_size", self.image_size, 8)
-            if self.dataset == "sinusoid":
-                raise ConfigError("--image-size applies to image datasets; sinusoid has none")
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> MetaTrainConfig:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known - {"device"})
-        if unknown:
-            raise ConfigError(f"config.json: unknown keys {unknown} (not a meta-train run?)")
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
-    # Reptile: five plain SGD steps, each on one example of every class (a minibatch the size
-    # of a 1-shot support set, as the paper's inner loop samples minibatches), Adam 3e-3 on
-    # the pseudo-gradient, 30 test-time steps. Fitting all of a task's 30 examples at once
-    # instead transferred poorly: 77.8% on glyphs 5-way 1-shot (docs/meta-learning.md).
-    "reptile": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 30, "train_queries": 5,
-                "meta_lr": 3e-3, "inner_minibatches": True},
-    # MAML++ (Antoniou et al. 2019): learned per-step inner rates, per-step batch-norm
-    # weights, a cosine-annealed meta learning rate. Tuned on glyphs 5-way 1-shot against
-    # MAML's default run, one core each (docs/meta-learning.md): one inner step (two cost
-    # 1.7x for +0.2 points), 650 steps of 16 tasks with 3 queries per class (a less noisy
-    # query loss per task, more updates than MAML's 500 x 32): 95.5-96.1% on three seeds in
-    # 0.95-0.99x MAML's CPU time, against 24 tasks with one query's 94.7-95.2%.
-    "mamlpp": {"inner_steps": 1, "inner_steps_eval": 3, "cosine_meta_lr": True,
-               "meta_batch": 16, "train_queries": 3, "steps": 650},
-    # iMAML (Rajeswaran et al. 2019): a proximal inner loop of 5 steps, the implicit gradient
-    # by 5 conjugate-gradient steps; lambda 1 as the paper's Omniglot setting.
-    "imaml": {"inner_steps": 5, "inner_lr": 0.1, "inner_steps_eval": 10},
-    # Prototypical networks have no inner loop; more queries per class are cheap.
-    "protonet": {"train_queries": 5, "meta_lr": 1e-3},
-}
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    # The MAML paper's sinusoid setting: K = 10, inner lr 0.01, meta-batch 25, Adam 1e-3.
-    "sinusoid": {"tasks": "10shot", "inner_lr": 0.01, "meta_lr": 1e-3, "meta_batch": 25,
-                 "inner_steps_eval": 10, "train_queries": None, "inner_minibatches": False},
-}
-
-
-INNER_LOOP_OPTIONS = ("inner_steps", "inner_steps_eval", "inner_lr")
-"""Options of an inner loop, which prototypical networks do not have."""
-
-
-def default_algo(dataset: str) -> str:
-    """The algorithm ``meta-train`` runs when none is named: prototypical networks on image
-    classification (more accurate than MAML on glyphs in the default 500 steps:
-    docs/results/meta-learning.md), MAML on regression (sinusoid), which ProtoNet cannot do."""
-    return "maml" if dataset == "sinusoid" else "protonet"
-
-
-def default_config(algo: str | None = None, dataset: str = "glyphs", **given: Any
-                   ) -> MetaTrainConfig:
-    """The config for ``algo`` (default :func:`default_algo` of ``dataset``) on ``dataset``:
-    the class defaults, then the per-algorithm and per-dataset defaults, then ``given``
-    (options the user set; ``None`` values are skipped). Inner-loop options given to an
-    algorithm without an inner loop are refused, not ignored."""
-    algo = default_algo(dataset) if algo is None else algo
-    values: dict[str, Any] = {**ALGO_DEFAULTS.get(algo, {}), **DATASET_DEFAULTS.get(dataset, {})}
-    given = {k: v for k, v in given.items() if v is not None}
-    if algo == "protonet" and (unused := [k for k in INNER_LOOP_OPTIONS if k in given]):
-        flags = ", ".join("--" + k.replace("_", "-") for k in unused)
-        raise ConfigError(f"{flags}: protonet has no inner loop (it classifies by distance to "
-                          "class prototypes); name an algorithm that adapts, e.g. --algo maml")
-    values.update(given)
-    return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
 def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:
@@ -278,28 +100,14 @@ def run_model(cfg: MetaTrainConfig, place: str | None = None) -> Model:
 
 
 def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> MetaLearner:
-    """The meta-learner ``cfg.algo`` over ``model`` (:func:`run_model` of ``cfg``)."""
-    apply = bind(model, {}, train=True)
-    kw: dict[str, Any] = {"kind": sources.kind, "inner_steps": cfg.inner_steps,
-                          "inner_lr": cfg.inner_lr, "eval_steps": cfg.inner_steps_eval}
-    if cfg.algo == "protonet":
-        if sources.kind != "classification":
-            raise ConfigError("--algo protonet needs a classification dataset (glyphs, omniglot)")
-        return protonet(apply, ways=sources.ways)
-    if cfg.algo == "reptile":
-        return reptile(apply, inner_optimizer=cfg.inner_optimizer,
-                       ways=sources.ways if cfg.inner_minibatches else None, **kw)
-    if cfg.algo == "mamlpp":
-        anneal = cfg.msl_anneal_steps or max(1, round(0.15 * cfg.steps))
-        first_order_until = cfg.steps if cfg.first_order else cfg.first_order_until
-        return mamlpp(apply, msl_anneal_steps=anneal, first_order_until=first_order_until, **kw)
-    if cfg.algo == "imaml":
-        return imaml(apply, lam=cfg.imaml_lambda, cg_steps=cfg.cg_steps, cg_tol=cfg.cg_tol,
-                     **kw)
-    first_order = cfg.first_order or cfg.algo == "fomaml"
-    return maml(apply, first_order=first_order, learn_lr=cfg.algo == "metasgd",
-                adapt_prefix="head" if cfg.algo == "anil" else None, remat=cfg.remat,
-                name=cfg.algo, **kw)
+    """The meta-learner ``cfg.algo`` over ``model`` (:func:`run_model` of ``cfg``): the
+    registry's builder with the algorithm's typed settings from ``cfg``."""
+    info = task_info(cfg, sources.kind, sources.ways)
+    learner = cfg.entry.builder()(bind(model, {}, train=True), algorithm_settings(cfg), info)
+    if not isinstance(learner, MetaLearner):
+        raise ConfigError(f"--algo {cfg.algo}: its builder returned {type(learner).__name__}, "
+                          "not a MetaLearner")
+    return learner
 
 
 def running_stats_twin(cfg: MetaTrainConfig) -> Model:
@@ -331,8 +139,11 @@ def evaluation_learner(cfg: MetaTrainConfig, learner: MetaLearner, params: Param
         return learner
     twin = running_stats_twin(cfg)
     tasks = sources.train(RunKeys.of(cfg.seed).running_stats, RUNNING_STATS_TASKS).to(device)
-    rows = step_running_stats(twin, params, tasks, steps=learner.hparams["eval_steps"],
-                              inner_lr=learner.hparams["inner_lr"], objective=learner.objective)
+    settings = learner.settings
+    if not isinstance(settings, AdaptSettings):
+        raise ConfigError(f"--bn-running-stats: {learner.name} has no inner loop to adapt with")
+    rows = step_running_stats(twin, params, tasks, steps=settings.eval_steps,
+                              inner_lr=settings.inner_lr, objective=learner.objective)
     return with_step_running_stats(learner, twin, rows)
 
 
@@ -350,6 +161,12 @@ def meta_lr_at(cfg: MetaTrainConfig, step: int) -> float:
     if cfg.linear_meta_lr:
         return cfg.meta_lr * (1 - step / cfg.steps)
     return cfg.meta_lr
+
+
+def run_rates(cfg: MetaTrainConfig) -> dict[str, float]:
+    """The learning rates a run uses, as its diverged message names them."""
+    inner = {"--inner-lr": cfg.inner_lr} if cfg.entry.inner_loop else {}
+    return {**inner, "--meta-lr": cfg.meta_lr}
 
 
 @dataclass(frozen=True)
@@ -411,8 +228,7 @@ def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> int
 
 def task_size(sample: TaskSampler) -> int:
     """Examples (support + query) in one task from ``sample``: what the strategy depends on."""
-    task = sample(random.key(0), 1)
-    return int(task.support_x.shape[1] + task.query_x.shape[1])
+    return examples_per_task(sample(random.key(0), 1))
 
 
 @dataclass(frozen=True)
@@ -426,7 +242,7 @@ class MetaTrainPlan:
 
     @property
     def parameters(self) -> int:
-        return sum(p.numel() for p in self.params.values())
+        return count(self.params)
 
 
 def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device, *,
@@ -438,8 +254,8 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     model = run_model(cfg, place)
     check_task_sizes(model, cfg, sources, device)  # from shapes, before anything is allocated
     learner = build_learner(cfg, sources, model)
-    params = init_params(cfg, learner, model)
-    per_task = check_fit(learner, params, sources)
+    meta_params = init_params(cfg, learner, model)
+    per_task = check_fit(learner, meta_params, sources)
     if cfg.bn_running_stats:
         running_stats_twin(cfg)  # refuse another model before anything is written
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
@@ -447,13 +263,13 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
         cfg.strategy, device, examples_per_task=task_size(sources.train))
     live = cfg.meta_batch if strategy == "vmap" else (
         torch.get_num_threads() if strategy == "threads" else 1)
-    state_bytes = 4 * sum(p.numel() * p.element_size() for p in params.values())
+    state_bytes = 4 * sum(p.numel() * p.element_size() for p in meta_params.values())
     memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
                             available_bytes(device),
                             f"{min(live, cfg.meta_batch)} task graph(s) of "
                             f"{fmt_bytes(per_task)} at once ({strategy}), params and Adam state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
-    return MetaTrainPlan(cfg, learner, params, memory)
+    return MetaTrainPlan(cfg, learner, meta_params, memory)
 
 
 @dataclass(frozen=True)
@@ -528,22 +344,26 @@ def meta_train(
             if env.active:
                 mine = distributed.shard(cfg.meta_batch, env)
                 tasks = tasks.pick(slice(mine.start, mine.stop))
-            grads, loss, metric = mean_task_grads(learner.at_step(step).task_grad,
-                                                  groups["params"], tasks.to(dev),
-                                                  strategy=strategy)
             comm: dict[str, float] = {}
-            if env.active:
+
+            def all_reduce(grads: Params, loss: Tensor, metric: Tensor
+                           ) -> tuple[Params, Tensor, Tensor]:
                 started = time.perf_counter()
                 grads = distributed.all_reduce_mean(
                     {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
                 loss, metric = grads.pop("loss."), grads.pop("metric.")
                 comm["comm_s"] = time.perf_counter() - started
-            params, opt = optimizer.update(groups["params"], grads, groups["opt"],
-                                           lr=meta_lr_at(cfg, step))
+                return grads, loss, metric
+
+            params, opt, metrics = meta_step(
+                learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
+                lr=meta_lr_at(cfg, step), strategy=strategy,
+                reduce=all_reduce if env.active else None)
             if env.active and (step + 1) % sync_every == 0:
                 distributed.assert_in_sync(params, env, step + 1)
             return {"params": params, "opt": opt}, {
-                "loss": float(loss), learner.objective.metric_name: float(metric), **comm}
+                "loss": float(metrics.loss), learner.objective.metric_name: float(metrics.metric),
+                **comm}
 
         if strategy is None:
             strategy = resolve_strategy(cfg.strategy, dev,
@@ -568,6 +388,7 @@ def meta_train(
             item_name="tasks", show_progress=show_progress and env.is_main,
             write=env.is_main, description=f"meta-train {cfg.algo}",
             meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
+            divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
         )
         if start < cfg.steps:
             with_validation = cfg.validate_every and env.is_main
@@ -591,8 +412,6 @@ def meta_train(
 
 
 __all__ = [
-    "ALGOS",
-    "ALGO_DEFAULTS",
     "DATASET_DEFAULTS",
     "MetaTrainConfig",
     "MetaTrainPlan",
@@ -601,6 +420,7 @@ __all__ = [
     "RunKeys",
     "build_learner",
     "check_fit",
+    "default_algo",
     "default_config",
     "default_model_config",
     "evaluation_learner",
@@ -609,6 +429,7 @@ __all__ = [
     "model_config",
     "plan_meta_train",
     "run_model",
+    "run_rates",
     "running_stats_twin",
     "task_size",
 ]

@@ -1,11 +1,14 @@
 """Training machinery shared by every command: optimisers, checkpoints, run dirs, the loop."""
 
 from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
+from .divergence import DIVERGENCE_BOUND, check_diverged
 from .loop import Groups, LoopConfig, StepFn, run_loop
 from .optim import Optimizer, adam, cosine_lr, sgd
 from .run import Run
 
 __all__ = [
+    "DIVERGENCE_BOUND",
+    "check_diverged",
     "Groups",
     "LoopConfig",
     "Optimizer",

@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from ..errors import DivergedError
+from .divergence import check_diverged
 from .run import Run
 
 Groups = dict[str, dict[str, Tensor]]
@@ -41,6 +42,10 @@ class LoopConfig:
         item_name: unit of the rate column.
         show_progress: draw the rich progress bar (rank 0 only in distributed runs).
         write: write metrics and checkpoints (rank 0 only in distributed runs).
+        divergence_bound: a loss above it stops the run as diverged
+            (:func:`~funcgraph.train.divergence.check_diverged`; default: only NaN and
+            infinite losses).
+        rates: the learning rates by name, for the diverged message.
     """
 
     total_steps: int
@@ -55,6 +60,8 @@ class LoopConfig:
     write: bool = True
     description: str = "training"
     meta: dict[str, Any] = field(default_factory=dict)
+    divergence_bound: float = math.inf
+    rates: dict[str, float] = field(default_factory=dict)
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:
@@ -77,7 +84,8 @@ def run_loop(
     Checkpoint ``last`` holds the groups after ``meta["step"]`` completed steps. On Ctrl-C the
     completed steps are saved before ``KeyboardInterrupt`` propagates. ``after_validation``
     is called with the step once a validation's record is in ``metrics.jsonl`` (the run
-    layer redraws its curves there). A non-finite loss logs a ``diverged`` record and raises
+    layer redraws its curves there). A loss that is not finite or exceeds
+    ``cfg.divergence_bound`` logs a ``diverged`` record and raises
     :class:`~funcgraph.errors.DivergedError`.
     """
     done = saved = start_step
@@ -115,10 +123,14 @@ def run_loop(
             for step in range(start_step, cfg.total_steps):
                 new_groups, metrics = step_fn(step, groups)
                 loss = metrics.get("loss")
-                if loss is not None and not math.isfinite(float(loss)):
-                    if cfg.write:
-                        run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
-                    raise _diverged(float(loss), step + 1, saved)
+                if loss is not None:
+                    try:
+                        check_diverged(loss, step=step + 1, bound=cfg.divergence_bound,
+                                       rates=cfg.rates)
+                    except DivergedError as e:
+                        if cfg.write:
+                            run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
+                        raise _diverged(e, saved) from None
                 groups, done = new_groups, step + 1
                 elapsed = time.perf_counter() - started
                 rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
@@ -160,12 +172,11 @@ def run_loop(
     return groups
 
 
-def _diverged(loss: float, step: int, saved: int) -> DivergedError:
-    """The error that stops a run whose step ``step`` gave a non-finite loss (its params are
-    not kept)."""
+def _diverged(error: DivergedError, saved: int) -> DivergedError:
+    """The error that stops a run whose step diverged (its params are not kept): ``error``'s
+    line and which checkpoint is kept."""
     kept = f"the checkpoint of step {saved} is kept" if saved else "no checkpoint was saved"
-    return DivergedError(f"training diverged: the loss became {loss} at step {step}; {kept} "
-                         "(try a smaller learning rate)")
+    return DivergedError(f"{error}; {kept} (try smaller learning rates)")
 
 
 __all__ = ["Groups", "LoopConfig", "StepFn", "ValidateFn", "run_loop"]

@@ -1,0 +1,103 @@
+"""One step of meta-training, as one pure function: the step torch.func's MAML example shows.
+
+:func:`meta_step` reads top to bottom as the algorithm does: take the learner of this
+meta-step (MAML++ anneals its loss weights and derivative order by step), average the
+meta-gradient over the batch of tasks (``vmap``, a loop or threads), optionally reduce it
+across processes, and let the pure optimiser update the meta-parameters. Nothing is mutated;
+the new params and optimiser state are returned with the step's metrics. The run layer
+(:mod:`funcgraph.runs.meta_train`) wraps it with task sampling, checkpoints, validation,
+all-reduce and progress; a user's own loop calls it directly::
+
+    for step in range(steps):
+        tasks = sample(random.fold_in(key, step), 32)
+        params, opt_state, metrics = meta_step(learner, optimizer, params, opt_state, tasks,
+                                               step=step)
+        check_diverged(metrics.loss, step=step + 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..checks import check_int, check_number
+from ..errors import ConfigError
+from ..params import Params
+from ..train import Optimizer
+from .learner import MetaLearner, Task
+from .strategy import mean_task_grads
+
+Reduce = Callable[[Params, Tensor, Tensor], tuple[Params, Tensor, Tensor]]
+"""``(grads, loss, metric) -> (grads, loss, metric)``: e.g. the mean over processes."""
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """The mean query loss and metric of a meta-step's tasks (scalar tensors)."""
+
+    loss: Tensor
+    metric: Tensor
+
+
+def meta_step(
+    learner: MetaLearner,
+    optimizer: Optimizer,
+    params: Params,
+    opt_state: Params,
+    tasks: Task,
+    *,
+    step: int = 0,
+    lr: float | None = None,
+    strategy: str = "auto",
+    reduce: Reduce | None = None,
+) -> tuple[Params, Params, StepMetrics]:
+    """One meta-step: ``(new params, new optimiser state, metrics)``.
+
+    Arguments:
+        learner: the meta-learner (``maml(...)``, ``protonet(...)``, ...).
+        optimizer: a pure optimiser (:func:`funcgraph.train.adam`, ``sgd``).
+        params, opt_state: the meta-parameters and the optimiser's state
+            (``optimizer.init(params)`` at the start).
+        tasks: a batch of tasks (leading dim ``T``; keys, if any, one per task).
+        step: the 0-based meta-step (a learner with a schedule depends on it).
+        lr: the meta learning rate of this step, ``>= 0`` (a schedule may end at 0;
+            ``None``: the optimiser's own).
+        strategy: how tasks run, as :func:`~funcgraph.meta.strategy.mean_task_grads`.
+        reduce: applied to the mean gradient, loss and metric before the update (the run
+            layer's all-reduce over data-parallel processes).
+
+    Raises:
+        ConfigError: an argument of the wrong kind or out of range.
+    """
+    _check(learner, optimizer, step, lr, reduce)
+    task_grad = learner.at_step(step).task_grad
+    grads, loss, metric = mean_task_grads(task_grad, params, tasks, strategy=strategy)
+    if reduce is not None:
+        grads, loss, metric = reduce(grads, loss, metric)
+    if lr is None:
+        params, opt_state = optimizer.update(params, grads, opt_state)
+    else:
+        params, opt_state = optimizer.update(params, grads, opt_state, lr=lr)
+    return params, opt_state, StepMetrics(loss, metric)
+
+
+def _check(learner: object, optimizer: object, step: object, lr: object,
+           reduce: object) -> None:
+    """Refuse arguments of :func:`meta_step` of the wrong kind before anything runs."""
+    if not isinstance(learner, MetaLearner):
+        raise ConfigError(f"meta_step: learner must be a MetaLearner (maml(...), "
+                          f"protonet(...), ...), got {type(learner).__name__}")
+    if not isinstance(optimizer, Optimizer):
+        raise ConfigError(f"meta_step: optimizer must be a funcgraph.train Optimizer (adam(lr), "
+                          f"sgd(lr)), got {type(optimizer).__name__}")
+    check_int("meta_step", "step", step, minimum=0)
+    if lr is not None:
+        check_number("meta_step", "lr", lr)
+    if reduce is not None and not callable(reduce):
+        raise ConfigError(f"meta_step: reduce must be None or a function (grads, loss, metric) "
+                          f"-> (grads, loss, metric), got {reduce!r}")
+
+
+__all__ = ["Reduce", "StepMetrics", "meta_step"]
