@@ -6,9 +6,10 @@ Here, the same four steps:
 1. convert the module: ``model = fg.from_module(net)``; ``model.init(key)`` draws its params
    as ``net.reset_parameters`` would (batch-norm running statistics become the state);
 2. build the learner with one call: ``maml(fg.bind(model, state, train=True), ...)``;
-3. a meta-step: ``mean_task_grads`` adapts a copy of the params on every task's support set
-   and returns the mean query-loss gradient (second order, ``vmap`` over the tasks);
-4. the update: a pure optimiser step, ``params, opt_state = opt.update(...)``.
+3. a meta-step, adaptation and update in one call: ``meta_step`` adapts the params on every
+   task's support set, averages the query-loss gradients (second order, ``vmap`` over the
+   tasks by default on a CPU for tasks this small) and takes the optimiser's step;
+4. score held-out tasks: ``evaluate`` adapts on their support sets and scores the queries.
 
 Batch norm runs on each task's batch statistics (transductive, as in MAML) and its
 second-order gradients are exact under ``vmap``: the script checks the ``vmap`` meta-gradient
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 
 import funcgraph as fg
 from funcgraph.data import sinusoid_tasks
-from funcgraph.meta import Task, evaluate, maml, mean_task_grads
+from funcgraph.meta import Task, evaluate, maml, mean_task_grads, meta_step
 from funcgraph.train import adam
 
 
@@ -66,13 +67,12 @@ def main(argv: list[str] | None = None) -> tuple[float, float]:
 
     def held_out(p: dict[str, Tensor]) -> float:  # the same held-out tasks every time
         return evaluate(learner, p, sample, key=fg.random.fold_in(root, -1),
-                        episodes=args.episodes, strategy="vmap").mean
+                        episodes=args.episodes).mean
 
     before = held_out(params)
     for step in range(args.steps):
         tasks = sample(fg.random.fold_in(root, step + 1), args.meta_batch)
-        grads, loss, _ = mean_task_grads(learner.task_grad, params, tasks, strategy="vmap")
-        params, opt_state = opt.update(params, grads, opt_state)
+        params, opt_state, _ = meta_step(learner, opt, params, opt_state, tasks, step=step)
     after = held_out(params)
     # -------------------------------------------------------------------------------------
 
