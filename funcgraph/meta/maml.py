@@ -304,11 +304,16 @@ def maml(
     Raises:
         ConfigError: an argument out of range or of the wrong type (naming it and the value).
     """
-    settings = MamlSettings(inner_steps, inner_lr,
-                            inner_steps if eval_steps is None else eval_steps, first_order, remat)
     check_bool("maml", "learn_lr", learn_lr)
-    default = "metasgd" if learn_lr else "anil" if adapt_prefix else (
+    check_bool("maml", "first_order", first_order)
+    default = "metasgd" if learn_lr else "anil" if adapt_prefix is not None else (
         "fomaml" if first_order else "maml")
+    try:
+        settings = MamlSettings(inner_steps, inner_lr,
+                                inner_steps if eval_steps is None else eval_steps, first_order,
+                                remat)
+    except ConfigError as e:  # name the function the user called (fomaml, metasgd, anil)
+        raise ConfigError(default + str(e).removeprefix(MamlSettings.OWNER)) from None
     if name is not None and not (isinstance(name, str) and name):
         raise ConfigError(f"maml: name must be None or a non-empty string, got {name!r}")
     apply, uses_keys = check_apply(apply, name or default)
