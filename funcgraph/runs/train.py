@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import distributed, random
+from ..checks import check_int, check_rate, option
 from ..data.registry import dataset_type
 from ..errors import ConfigError
 from ..factory.config import parse_value
@@ -41,7 +42,6 @@ from ..train.supervised import (
 )
 from .curves import write_curves
 from .memory import MemoryEstimate, allocated_bytes, available_bytes, check_fit_sizes, check_memory
-from .options import check_count, check_rate
 from .probe import probe
 from .resolve import resolve_model, with_overrides
 
@@ -94,10 +94,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every"):
-            check_count(name, getattr(self, name), 1)
-        check_count("validate_every", self.validate_every, 0)
-        check_count("seed", self.seed, 0)
-        check_rate("lr", self.lr)
+            check_int("train", option(name), getattr(self, name), minimum=1)
+        check_int("train", "--validate-every", self.validate_every, minimum=0)
+        check_int("train", "--seed", self.seed, minimum=0)
+        check_rate("train", "--lr", self.lr)
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "train", **asdict(self)}
