@@ -134,3 +134,15 @@ def test_layer_count_is_bounded_before_building() -> None:
     nested = {"type": "serial", "layers": ["relu"] * (MAX_LAYERS // 2)}
     with pytest.raises(ConfigError, match=f"more than {MAX_LAYERS} layers"):
         build({"name": "deep", "input_shape": [1, 4], "layers": [nested, nested, nested]})
+
+
+def test_evaluate_checks_the_task_size_it_is_given(tmp_path: Path) -> None:
+    out = tmp_path / "sine"
+    result = CliRunner().invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "1",
+                                      "--meta-batch", "1", "--episodes", "1", "--val-episodes",
+                                      "1", "--validate-every", "0", "--device", "cpu", "--out",
+                                      str(out)])
+    assert result.exit_code == 0, result.output
+    line = refused("evaluate", str(out), "--tasks", "100000000shot", "--episodes", "1",
+                   "--device", "cpu")
+    assert "200,000,000 examples of one task" in line, line

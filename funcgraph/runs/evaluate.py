@@ -11,6 +11,7 @@ from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate, resolve_strategy
 from ..placement import resolve_device
 from ..train import Run
+from .memory import check_task_sizes
 from .meta_train import (
     MetaTrainConfig,
     build_learner,
@@ -62,6 +63,7 @@ def evaluate_run(
     if model_ways is not None and model_ways != sources.ways:
         raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")
     model = run_model(cfg)
+    check_task_sizes(model, cfg, sources, dev)  # from shapes, before a task is sampled
     learner = build_learner(cfg, sources, model)
     template = init_params(cfg, learner, model)
     tag = checkpoint if run.has_checkpoint(checkpoint) else "last"
