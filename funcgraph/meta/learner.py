@@ -56,7 +56,7 @@ from ..checks import check_int
 from ..control import in_transform
 from ..errors import ConfigError, ShapeError
 from ..model import BoundApply
-from ..params import Params
+from ..params import Params, partition
 from ..random import Key
 from .settings import Settings
 
@@ -353,7 +353,7 @@ def model_params(meta_params: Params) -> Params:
     :data:`LEARNER_PREFIXES` (learned rates, per-step copies). MAML++ with per-step batch norm
     keeps no single copy of the norm params; :func:`~funcgraph.meta.mamlpp.step_params` gives
     the model's complete params at an inner step."""
-    return {n: p for n, p in meta_params.items() if not n.startswith(LEARNER_PREFIXES)}
+    return partition(meta_params, lambda n: n.startswith(LEARNER_PREFIXES))[1]
 
 
 __all__ = [

@@ -43,7 +43,7 @@ from torch import Tensor
 from ..checks import check_bool, check_int, check_rate
 from ..errors import ConfigError
 from ..model import BoundApply
-from ..params import Params, partition
+from ..params import Params, partition, select
 from ..random import Key
 from ..train import Optimizer
 from .learner import (
@@ -205,7 +205,7 @@ def _query_score(apply: BoundApply, params: Params, task: Task,
 
 def _split_rates(meta_params: Params) -> tuple[Params, Params | None]:
     """``(model params, Meta-SGD rates by param name or None)``."""
-    lrs = {n[len(LR_PREFIX):]: p for n, p in meta_params.items() if n.startswith(LR_PREFIX)}
+    lrs = select(meta_params, LR_PREFIX)
     return model_params(meta_params), lrs or None
 
 
@@ -359,13 +359,14 @@ def anil(apply: BoundApply, *, head: str = "head", **kw: object) -> MetaLearner:
 
 
 def build_maml(apply: BoundApply, settings: MamlSettings, info: TaskInfo, *,
-               name: str | None = None, **variant: object) -> MetaLearner:
+               name: str | None = None, learn_lr: bool = False,
+               adapt_prefix: str | None = None) -> MetaLearner:
     """The registry's builder of the MAML family: :func:`maml` with ``settings`` for
-    ``info``'s tasks (``variant``: ``learn_lr`` or ``adapt_prefix``)."""
-    return maml(apply, kind=info.kind, inner_steps=settings.inner_steps,  # type: ignore[arg-type]
+    ``info``'s tasks (Meta-SGD: ``learn_lr``; ANIL: ``adapt_prefix``)."""
+    return maml(apply, kind=info.kind, inner_steps=settings.inner_steps,
                 inner_lr=settings.inner_lr, eval_steps=settings.eval_steps,
                 first_order=settings.first_order, remat=settings.remat,
-                name=name or type(settings).OWNER, **variant)
+                name=name or type(settings).OWNER, learn_lr=learn_lr, adapt_prefix=adapt_prefix)
 
 
 def build_metasgd(apply: BoundApply, settings: MamlSettings, info: TaskInfo) -> MetaLearner:

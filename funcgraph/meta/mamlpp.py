@@ -64,7 +64,7 @@ from .. import random
 from ..checks import check_int, check_sequence
 from ..errors import ConfigError
 from ..model import BoundApply, Model
-from ..params import Params, State
+from ..params import Params, State, select
 from ..random import Key
 from .learner import (
     STEP_BN_PREFIX,
@@ -121,7 +121,7 @@ def _row(rows: Tensor, step: int) -> Tensor:
 
 def _per_step(meta_params: Params, prefix: str) -> Params:
     """The per-step tensors under ``prefix``, by model param name."""
-    return {n[len(prefix):]: p for n, p in meta_params.items() if n.startswith(prefix)}
+    return select(meta_params, prefix)
 
 
 def _with_bn(params: Params, bn: Params, step: int) -> Params:

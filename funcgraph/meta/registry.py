@@ -139,7 +139,7 @@ class AlgorithmType:
             return self.build
         module, _, attribute = self.build.partition(":")
         try:
-            return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module), attribute)
         except Exception as e:  # absent or broken: name what was missing
             raise ConfigError(f"algorithm {self.name!r} needs {self.build}, which is not "
                               f"available: {type(e).__name__}: {e}") from None
