@@ -4,6 +4,7 @@ nothing for it (big tensors live on meta until the caller runs ``model.init``)."
 
 from __future__ import annotations
 
+import json
 import resource
 import threading
 import time
@@ -243,3 +244,19 @@ def test_init_specs_of_huge_layers_are_checked_on_meta() -> None:
     built = allocates_nothing_big(lambda: build(config))
     assert not isinstance(built, Exception), f"build failed: {built!r}"
     assert built.output_shape == (1, 10**9), f"output {built.output_shape}"
+
+
+def test_a_200_deep_config_is_refused_before_it_is_walked(tmp_path: Path) -> None:
+    from funcgraph.factory.config import MAX_CONFIG_DEPTH
+
+    deep: Any = "relu"
+    for _ in range(200):
+        deep = [deep]
+    message = refused({"name": "deep", "input_shape": [1, 4], "layers": deep}, "layers",
+                      f"the config nests deeper than {MAX_CONFIG_DEPTH} levels")
+    assert "[0]" * (MAX_CONFIG_DEPTH - 1) in message, message
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps({"name": "deep", "input_shape": [1, 4], "layers": deep}))
+    result = CliRunner().invoke(app, ["model", "check", str(path)])
+    assert result.exit_code == 2 and "nests deeper than" in result.output, result.output
+    assert "Traceback" not in result.output, result.output
