@@ -16,7 +16,7 @@ stochastic depth). So a resumed run ends bit-identical to an uninterrupted one o
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,18 +24,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import distributed, random
+from .. import distributed
 from ..errors import CheckpointError, ConfigError
-from ..meta.evaluate import EvalResult, TaskSampler, evaluate
+from ..meta.evaluate import EvalResult, evaluate
 from ..meta.learner import MetaLearner
 from ..meta.mamlpp import step_running_stats, with_step_running_stats
 from ..meta.settings import AdaptSettings
 from ..meta.step import meta_step
-from ..meta.strategy import STRATEGIES, examples_per_task, resolve_strategy
-from ..model import Model, bind
-from ..params import Params, count
-from ..placement import placed_model, resolve_device
-from ..random import Key
+from ..meta.strategy import STRATEGIES, resolve_strategy
+from ..params import Params
+from ..placement import resolve_device
 from ..train import (
     DIVERGENCE_BOUND,
     Groups,
@@ -48,80 +46,26 @@ from ..train import (
     sgd,
 )
 from .curves import write_curves
-from .memory import (
-    MemoryEstimate,
-    allocated_bytes,
-    available_bytes,
-    check_memory,
-    check_task_sizes,
-    fmt_bytes,
+from .meta_plan import (
+    MetaTrainPlan,
+    RunKeys,
+    build_learner,
+    check_fit,
+    default_model_config,
+    init_params,
+    model_config,
+    plan_meta_train,
+    run_model,
+    running_stats_twin,
+    task_size,
 )
 from .meta_train_config import (
     DATASET_DEFAULTS,
     MetaTrainConfig,
-    algorithm_settings,
     default_algo,
     default_config,
-    task_info,
 )
-from .probe import probe
-from .resolve import ModelSpec, resolve_model, with_overrides
 from .task_sources import TaskSources, task_sources
-
-
-def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:
-    """``config["model"]`` for the built-in models: conv4 (no head for protonet) or the MLP."""
-    if sources.kind == "regression":
-        return {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [40, 40]}
-    return {"name": "conv4", "ways": None if algo == "protonet" else sources.ways,
-            "in_channels": sources.in_channels, "hidden": 64, "image_size": sources.image_size,
-            "variant": "strided"}
-
-
-def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,
-                 overrides: Mapping[str, str] | None = None) -> ModelSpec:
-    """The resolved ``config["model"]``: the built-in model with ``--set`` overrides, or
-    ``{"factory": path_or_name, "overrides": {...}}`` for a :mod:`funcgraph.factory` config."""
-    overrides = dict(overrides or {})
-    if factory == "resnet12":  # a backbone sized from the tasks, like the default conv4
-        spec = {"name": "resnet12", "ways": None if algo == "protonet" else sources.ways,
-                "in_channels": sources.in_channels}
-        return with_overrides(spec, overrides)
-    if factory is not None:
-        return {"factory": str(factory), "overrides": overrides}
-    return with_overrides(default_model_config(algo, sources), overrides)
-
-
-def run_model(cfg: MetaTrainConfig, place: str | None = None) -> Model:
-    """The model ``cfg.model``, its params spread over devices by the placement plan
-    ``place`` when one is given (:func:`funcgraph.placement.placed_model`)."""
-    model = resolve_model(cfg.model)
-    return model if place is None else placed_model(model, place)
-
-
-def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> MetaLearner:
-    """The meta-learner ``cfg.algo`` over ``model`` (:func:`run_model` of ``cfg``): the
-    registry's builder with the algorithm's typed settings from ``cfg``."""
-    info = task_info(cfg, sources.kind, sources.ways)
-    learner = cfg.entry.builder()(bind(model, {}, train=True), algorithm_settings(cfg), info)
-    if not isinstance(learner, MetaLearner):
-        raise ConfigError(f"--algo {cfg.algo}: its builder returned {type(learner).__name__}, "
-                          "not a MetaLearner")
-    return learner
-
-
-def running_stats_twin(cfg: MetaTrainConfig) -> Model:
-    """The run's conv4 with batch-norm running statistics, which ``--bn-running-stats``
-    accumulates and evaluates with.
-
-    Raises:
-        ConfigError: the run's model is not the built-in conv4.
-    """
-    if cfg.model.get("name") != "conv4":
-        raise ConfigError("--bn-running-stats needs the built-in conv4 (whose twin keeps "
-                          f"running statistics); the run's model is {cfg.model}")
-    return resolve_model({**cfg.model, "running_stats": True})
-
 
 RUNNING_STATS_TASKS = 200
 """Training tasks that MAML++'s per-step running statistics accumulate over (batch norm's
@@ -169,107 +113,64 @@ def run_rates(cfg: MetaTrainConfig) -> dict[str, float]:
     return {**inner, "--meta-lr": cfg.meta_lr}
 
 
-@dataclass(frozen=True)
-class RunKeys:
-    """The run's key streams, all from ``key(seed)`` (see the module docstring)."""
-
-    init: Key
-    train: Key
-    model: Key
-
-    @classmethod
-    def of(cls, seed: int) -> RunKeys:
-        root = random.key(seed)
-        return cls(random.fold_in(root, 0), random.fold_in(root, 1), random.fold_in(root, 2))
-
-    @property
-    def val(self) -> Key:
-        return random.fold_in(self.train, -1)
-
-    @property
-    def test(self) -> Key:
-        return random.fold_in(self.train, -2)
-
-    @property
-    def running_stats(self) -> Key:
-        """The training-split tasks that per-step running statistics accumulate over."""
-        return random.fold_in(self.train, -4)
-
-    def tasks(self, step: int, meta_batch: int) -> tuple[Key, Key]:
-        """``(task sampling key, per-task model keys (meta_batch, 2))`` of meta-step ``step``."""
-        return (random.fold_in(self.train, step),
-                random.split(random.fold_in(self.model, step), meta_batch))
+StepFn = Callable[[int, Groups, str], tuple[Groups, dict[str, float]]]
+"""``(step, groups, strategy) -> (groups, metrics)``: one meta-step of the run."""
 
 
-def init_params(cfg: MetaTrainConfig, learner: MetaLearner, model: Model) -> Params:
-    """Initial meta-parameters of ``model``, from :attr:`RunKeys.init`; the model must be
-    stateless."""
-    params, state = model.init(RunKeys.of(cfg.seed).init)
-    if state:
-        raise ConfigError(f"model {model.name} has state {sorted(state)[:3]}...; meta-learning "
-                          "needs a stateless model (batch norm with batch statistics)")
-    return learner.init(params)
+def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
+               sources: TaskSources, dev: torch.device, env: distributed.DistEnv,
+               sync_every: int) -> StepFn:
+    """The run's meta-step: draw step ``s``'s tasks from the run's keys (this rank's slice
+    of them in a data-parallel job), take :func:`~funcgraph.meta.step.meta_step` with the
+    all-reduce of the gradients across ranks, and check every ``sync_every`` steps that the
+    ranks hold identical params."""
+    keys = RunKeys.of(cfg.seed)
+
+    def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
+        task_key, model_keys = keys.tasks(step, cfg.meta_batch)
+        tasks = sources.train(task_key, cfg.meta_batch).with_keys(model_keys)
+        if env.active:
+            mine = distributed.shard(cfg.meta_batch, env)
+            tasks = tasks.pick(slice(mine.start, mine.stop))
+        comm: dict[str, float] = {}
+
+        def all_reduce(grads: Params, loss: Tensor, metric: Tensor
+                       ) -> tuple[Params, Tensor, Tensor]:
+            started = time.perf_counter()
+            grads = distributed.all_reduce_mean(
+                {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
+            loss, metric = grads.pop("loss."), grads.pop("metric.")
+            comm["comm_s"] = time.perf_counter() - started
+            return grads, loss, metric
+
+        params, opt, metrics = meta_step(
+            learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
+            lr=meta_lr_at(cfg, step), strategy=strategy,
+            reduce=all_reduce if env.active else None)
+        if env.active and (step + 1) % sync_every == 0:
+            distributed.assert_in_sync(params, env, step + 1)
+        return {"params": params, "opt": opt}, {
+            "loss": float(metrics.loss), learner.objective.metric_name: float(metrics.metric),
+            **comm}
+
+    return step_fn
 
 
-def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> int:
-    """Take one training task's meta-gradient and score one validation task, so a model that
-    does not fit the tasks (channels, image size, head width) is a one-line
-    :class:`ConfigError` before anything is written. Returns the bytes the meta-gradient
-    allocated (:func:`~funcgraph.runs.memory.allocated_bytes`)."""
-    keys = random.split(random.key(0), 1)
-    train = sources.train(random.key(0), 1).with_keys(keys).pick(0)
-    val = sources.val(random.key(0), 1).with_keys(keys).pick(0)
-    what = (f"model: cannot run on {sources.ways}-way tasks with support set "
-            f"{tuple(train.support_x.shape)}")
-    _, per_task = probe(lambda: allocated_bytes(lambda: learner.task_grad(params, train)), what)
-    probe(lambda: learner.task_eval(params, val), what)
-    return per_task
-
-
-def task_size(sample: TaskSampler) -> int:
-    """Examples (support + query) in one task from ``sample``: what the strategy depends on."""
-    return examples_per_task(sample(random.key(0), 1))
-
-
-@dataclass(frozen=True)
-class MetaTrainPlan:
-    """A validated meta-training run, before anything is written: what ``--dry-run`` shows."""
-
-    cfg: MetaTrainConfig
-    learner: MetaLearner
-    params: Params
-    memory: MemoryEstimate
-
-    @property
-    def parameters(self) -> int:
-        return count(self.params)
-
-
-def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device, *,
-                    place: str | None = None) -> MetaTrainPlan:
-    """Resolve the model, build the learner and its meta-parameters, run one task through
-    them (:func:`check_fit`) and refuse a meta-batch the device's free memory cannot hold."""
-    if not cfg.model:
-        cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
-    model = run_model(cfg, place)
-    check_task_sizes(model, cfg, sources, device)  # from shapes, before anything is allocated
-    learner = build_learner(cfg, sources, model)
-    meta_params = init_params(cfg, learner, model)
-    per_task = check_fit(learner, meta_params, sources)
-    if cfg.bn_running_stats:
-        running_stats_twin(cfg)  # refuse another model before anything is written
-    # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
-    strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
-        cfg.strategy, device, examples_per_task=task_size(sources.train))
-    live = cfg.meta_batch if strategy == "vmap" else (
-        torch.get_num_threads() if strategy == "threads" else 1)
-    state_bytes = 4 * sum(p.numel() * p.element_size() for p in meta_params.values())
-    memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
-                            available_bytes(device),
-                            f"{min(live, cfg.meta_batch)} task graph(s) of "
-                            f"{fmt_bytes(per_task)} at once ({strategy}), params and Adam state")
-    check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
-    return MetaTrainPlan(cfg, learner, meta_params, memory)
+def resumed(run: Run, groups: Groups, dev: torch.device, env: distributed.DistEnv
+            ) -> tuple[Groups, int, float | None, str | None]:
+    """``(groups, start step, best value, strategy)`` from the run's ``last`` checkpoint; the
+    strategy is kept only on the device type it was chosen for."""
+    # Verify the params against the model; the optimiser state is ours (its "step" entry
+    # appears after the first update, so an init template would not match it).
+    loaded, meta = run.load("last", expect={"params": groups["params"]})
+    if "opt" not in loaded and groups["opt"]:
+        raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
+    start = int(meta["step"])
+    if env.is_main:
+        run.truncate_metrics(start)
+    strategy = meta.get("strategy") if meta.get("device") == dev.type else None
+    return ({"params": loaded["params"], "opt": loaded.get("opt", {})}, start,
+            meta.get("best_value"), strategy)
 
 
 @dataclass(frozen=True)
@@ -325,45 +226,11 @@ def meta_train(
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
         start, best_value, strategy = 0, None, None
         if resume and run.has_checkpoint("last"):
-            # Verify the params against the model; the optimiser state is ours (its "step" entry
-            # appears after the first update, so an init template would not match it).
-            loaded, meta = run.load("last", expect={"params": params})
-            if "opt" not in loaded and groups["opt"]:
-                raise CheckpointError(f"{run.path}: checkpoint 'last' has no optimiser state")
-            groups = {"params": loaded["params"], "opt": loaded.get("opt", {})}
-            start, best_value = int(meta["step"]), meta.get("best_value")
-            strategy = meta.get("strategy") if meta.get("device") == dev.type else None
-            if env.is_main:
-                run.truncate_metrics(start)
+            groups, start, best_value, strategy = resumed(run, groups, dev, env)
         if place is None:  # a placement plan has put every tensor where it belongs
             groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
-        def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
-            task_key, model_keys = keys.tasks(step, cfg.meta_batch)
-            tasks = sources.train(task_key, cfg.meta_batch).with_keys(model_keys)
-            if env.active:
-                mine = distributed.shard(cfg.meta_batch, env)
-                tasks = tasks.pick(slice(mine.start, mine.stop))
-            comm: dict[str, float] = {}
-
-            def all_reduce(grads: Params, loss: Tensor, metric: Tensor
-                           ) -> tuple[Params, Tensor, Tensor]:
-                started = time.perf_counter()
-                grads = distributed.all_reduce_mean(
-                    {**grads, "loss.": loss.reshape(1), "metric.": metric.reshape(1)}, env)
-                loss, metric = grads.pop("loss."), grads.pop("metric.")
-                comm["comm_s"] = time.perf_counter() - started
-                return grads, loss, metric
-
-            params, opt, metrics = meta_step(
-                learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
-                lr=meta_lr_at(cfg, step), strategy=strategy,
-                reduce=all_reduce if env.active else None)
-            if env.active and (step + 1) % sync_every == 0:
-                distributed.assert_in_sync(params, env, step + 1)
-            return {"params": params, "opt": opt}, {
-                "loss": float(metrics.loss), learner.objective.metric_name: float(metrics.metric),
-                **comm}
+        step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every)
 
         if strategy is None:
             strategy = resolve_strategy(cfg.strategy, dev,
@@ -432,4 +299,5 @@ __all__ = [
     "run_rates",
     "running_stats_twin",
     "task_size",
+    "train_step",
 ]

@@ -1,0 +1,200 @@
+"""The plan of a ``funcgraph meta-train`` run: its model, learner, keys and meta-parameters,
+checked before anything is written.
+
+:func:`plan_meta_train` resolves the model (the built-in conv4 or MLP sized from the tasks,
+or a factory config), builds the learner through the algorithm registry with its typed
+settings (:func:`build_learner`), initialises the meta-parameters from the run's keys
+(:class:`RunKeys`), runs one task through them (:func:`check_fit`) and refuses a meta-batch
+the device's free memory cannot hold: what ``--dry-run`` shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import torch
+
+from .. import random
+from ..errors import ConfigError
+from ..meta.evaluate import TaskSampler
+from ..meta.learner import MetaLearner
+from ..meta.strategy import examples_per_task, resolve_strategy
+from ..model import Model, bind
+from ..params import Params, count
+from ..placement import placed_model
+from ..random import Key
+from .memory import (
+    MemoryEstimate,
+    allocated_bytes,
+    available_bytes,
+    check_memory,
+    check_task_sizes,
+    fmt_bytes,
+)
+from .meta_train_config import MetaTrainConfig, algorithm_settings, task_info
+from .probe import probe
+from .resolve import ModelSpec, resolve_model, with_overrides
+from .task_sources import TaskSources
+
+
+def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:
+    """``config["model"]`` for the built-in models: conv4 (no head for protonet) or the MLP."""
+    if sources.kind == "regression":
+        return {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [40, 40]}
+    return {"name": "conv4", "ways": None if algo == "protonet" else sources.ways,
+            "in_channels": sources.in_channels, "hidden": 64, "image_size": sources.image_size,
+            "variant": "strided"}
+
+
+def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,
+                 overrides: Mapping[str, str] | None = None) -> ModelSpec:
+    """The resolved ``config["model"]``: the built-in model with ``--set`` overrides, or
+    ``{"factory": path_or_name, "overrides": {...}}`` for a :mod:`funcgraph.factory` config."""
+    overrides = dict(overrides or {})
+    if factory == "resnet12":  # a backbone sized from the tasks, like the default conv4
+        spec = {"name": "resnet12", "ways": None if algo == "protonet" else sources.ways,
+                "in_channels": sources.in_channels}
+        return with_overrides(spec, overrides)
+    if factory is not None:
+        return {"factory": str(factory), "overrides": overrides}
+    return with_overrides(default_model_config(algo, sources), overrides)
+
+
+def run_model(cfg: MetaTrainConfig, place: str | None = None) -> Model:
+    """The model ``cfg.model``, its params spread over devices by the placement plan
+    ``place`` when one is given (:func:`funcgraph.placement.placed_model`)."""
+    model = resolve_model(cfg.model)
+    return model if place is None else placed_model(model, place)
+
+
+def build_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model) -> MetaLearner:
+    """The meta-learner ``cfg.algo`` over ``model`` (:func:`run_model` of ``cfg``): the
+    registry's builder with the algorithm's typed settings from ``cfg``."""
+    info = task_info(cfg, sources.kind, sources.ways)
+    learner = cfg.entry.builder()(bind(model, {}, train=True), algorithm_settings(cfg), info)
+    if not isinstance(learner, MetaLearner):
+        raise ConfigError(f"--algo {cfg.algo}: its builder returned {type(learner).__name__}, "
+                          "not a MetaLearner")
+    return learner
+
+
+def running_stats_twin(cfg: MetaTrainConfig) -> Model:
+    """The run's conv4 with batch-norm running statistics, which ``--bn-running-stats``
+    accumulates and evaluates with.
+
+    Raises:
+        ConfigError: the run's model is not the built-in conv4.
+    """
+    if cfg.model.get("name") != "conv4":
+        raise ConfigError("--bn-running-stats needs the built-in conv4 (whose twin keeps "
+                          f"running statistics); the run's model is {cfg.model}")
+    return resolve_model({**cfg.model, "running_stats": True})
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The run's key streams, all from ``key(seed)`` (see the module docstring)."""
+
+    init: Key
+    train: Key
+    model: Key
+
+    @classmethod
+    def of(cls, seed: int) -> RunKeys:
+        root = random.key(seed)
+        return cls(random.fold_in(root, 0), random.fold_in(root, 1), random.fold_in(root, 2))
+
+    @property
+    def val(self) -> Key:
+        return random.fold_in(self.train, -1)
+
+    @property
+    def test(self) -> Key:
+        return random.fold_in(self.train, -2)
+
+    @property
+    def running_stats(self) -> Key:
+        """The training-split tasks that per-step running statistics accumulate over."""
+        return random.fold_in(self.train, -4)
+
+    def tasks(self, step: int, meta_batch: int) -> tuple[Key, Key]:
+        """``(task sampling key, per-task model keys (meta_batch, 2))`` of meta-step ``step``."""
+        return (random.fold_in(self.train, step),
+                random.split(random.fold_in(self.model, step), meta_batch))
+
+
+def init_params(cfg: MetaTrainConfig, learner: MetaLearner, model: Model) -> Params:
+    """Initial meta-parameters of ``model``, from :attr:`RunKeys.init`; the model must be
+    stateless."""
+    params, state = model.init(RunKeys.of(cfg.seed).init)
+    if state:
+        raise ConfigError(f"model {model.name} has state {sorted(state)[:3]}...; meta-learning "
+                          "needs a stateless model (batch norm with batch statistics)")
+    return learner.init(params)
+
+
+def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> int:
+    """Take one training task's meta-gradient and score one validation task, so a model that
+    does not fit the tasks (channels, image size, head width) is a one-line
+    :class:`ConfigError` before anything is written. Returns the bytes the meta-gradient
+    allocated (:func:`~funcgraph.runs.memory.allocated_bytes`)."""
+    keys = random.split(random.key(0), 1)
+    train = sources.train(random.key(0), 1).with_keys(keys).pick(0)
+    val = sources.val(random.key(0), 1).with_keys(keys).pick(0)
+    what = (f"model: cannot run on {sources.ways}-way tasks with support set "
+            f"{tuple(train.support_x.shape)}")
+    _, per_task = probe(lambda: allocated_bytes(lambda: learner.task_grad(params, train)), what)
+    probe(lambda: learner.task_eval(params, val), what)
+    return per_task
+
+
+def task_size(sample: TaskSampler) -> int:
+    """Examples (support + query) in one task from ``sample``: what the strategy depends on."""
+    return examples_per_task(sample(random.key(0), 1))
+
+
+@dataclass(frozen=True)
+class MetaTrainPlan:
+    """A validated meta-training run, before anything is written: what ``--dry-run`` shows."""
+
+    cfg: MetaTrainConfig
+    learner: MetaLearner
+    params: Params
+    memory: MemoryEstimate
+
+    @property
+    def parameters(self) -> int:
+        return count(self.params)
+
+
+def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device, *,
+                    place: str | None = None) -> MetaTrainPlan:
+    """Resolve the model, build the learner and its meta-parameters, run one task through
+    them (:func:`check_fit`) and refuse a meta-batch the device's free memory cannot hold."""
+    if not cfg.model:
+        cfg = replace(cfg, model=default_model_config(cfg.algo, sources))
+    model = run_model(cfg, place)
+    check_task_sizes(model, cfg, sources, device)  # from shapes, before anything is allocated
+    learner = build_learner(cfg, sources, model)
+    meta_params = init_params(cfg, learner, model)
+    per_task = check_fit(learner, meta_params, sources)
+    if cfg.bn_running_stats:
+        running_stats_twin(cfg)  # refuse another model before anything is written
+    # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
+    strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
+        cfg.strategy, device, examples_per_task=task_size(sources.train))
+    live = cfg.meta_batch if strategy == "vmap" else (
+        torch.get_num_threads() if strategy == "threads" else 1)
+    state_bytes = 4 * sum(p.numel() * p.element_size() for p in meta_params.values())
+    memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
+                            available_bytes(device),
+                            f"{min(live, cfg.meta_batch)} task graph(s) of "
+                            f"{fmt_bytes(per_task)} at once ({strategy}), params and Adam state")
+    check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
+    return MetaTrainPlan(cfg, learner, meta_params, memory)
+
+
+__all__ = ["MetaTrainPlan", "RunKeys", "build_learner", "check_fit", "default_model_config",
+           "init_params", "model_config", "plan_meta_train", "run_model", "running_stats_twin",
+           "task_size"]
