@@ -190,3 +190,26 @@ def test_settings_records_are_typed_and_checked() -> None:
 def test_a_learner_carries_its_settings() -> None:
     learner = maml(lambda p, x: x @ p["w"], inner_lr=0.3)
     assert learner.settings == MamlSettings(inner_lr=0.3)
+
+
+def test_the_registry_and_settings_import_no_torch() -> None:
+    import subprocess
+
+    code = ("import sys; import funcgraph.meta.registry, funcgraph.meta.settings; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False", "reading the algorithm registry imported torch"
+
+
+def test_functions_named_like_their_modules_stay_functions() -> None:
+    import importlib
+    import types
+
+    import funcgraph.meta as meta
+
+    for name in ("maml", "imaml", "mamlpp", "reptile", "protonet", "evaluate"):
+        module = importlib.import_module(f"funcgraph.meta.{name}")
+        assert isinstance(module, types.ModuleType)
+        assert callable(getattr(meta, name)) and not isinstance(getattr(meta, name),
+                                                                types.ModuleType), name

@@ -230,11 +230,14 @@ def algorithm_help() -> str:
 
 def defaults_help(setting: str) -> str:
     """``"1 (maml, fomaml); 5 (imaml, reptile)"``: the default of ``setting`` of every
-    algorithm that has it, grouped by value, for an option's help."""
+    algorithm that has it, grouped by value, for an option's help (the bare value when one
+    algorithm has it)."""
     groups: dict[str, list[str]] = {}
     for entry in _REGISTRY.values():
         if setting in entry.setting_names():
             groups.setdefault(f"{entry.default(setting)!r}", []).append(entry.name)
+    if len(groups) == 1 and len(next(iter(groups.values()))) == 1:
+        return next(iter(groups))  # one algorithm has it: its value says enough
     return "; ".join(f"{value} ({', '.join(names)})" for value, names in groups.items())
 
 

@@ -1,10 +1,14 @@
 """What ``funcgraph meta-train`` runs: a config, a model and a learner, the loop, the test.
 
-:func:`meta_train` builds the model and the meta-learner from a :class:`MetaTrainConfig`,
-runs :func:`funcgraph.train.run_loop` (progress, ``metrics.jsonl``, ``last``/``best``
-checkpoints, Ctrl-C, resume), validates periodically on the validation split, and scores
-the best checkpoint on held-out tasks. Everything is checked (options, data, model, its
-first forward) before the run directory is written, so a bad start leaves nothing behind.
+:func:`meta_train` plans the run from a :class:`MetaTrainConfig`
+(:mod:`~funcgraph.runs.meta_train_config`; the model, learner and meta-parameters:
+:mod:`~funcgraph.runs.meta_plan`), runs :func:`funcgraph.train.run_loop` over
+:func:`train_step`, which wraps the library's :func:`~funcgraph.meta.step.meta_step` with task
+sampling and the all-reduce (progress, ``metrics.jsonl``, ``last``/``best`` checkpoints,
+Ctrl-C, resume, a loss past :data:`~funcgraph.train.DIVERGENCE_BOUND` stopping the run as
+diverged), validates periodically on the validation split, and scores the best checkpoint on
+held-out tasks. Everything is checked (options, data, model, its first forward) before the
+run directory is written, so a bad start leaves nothing behind.
 
 Keys: the run's root ``key(seed)`` gives ``fold_in(root, 0)`` to the model's init,
 ``fold_in(root, 1)`` to task sampling (step ``s`` draws its tasks with ``fold_in(train, s)``)
