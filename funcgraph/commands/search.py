@@ -150,7 +150,7 @@ def search(
                        select=select.value)
     data = glyph_halves(num_classes=classes, image_size=image_size)
     if dry_run:
-        plan = plan_search(data, cfg)
+        plan = plan_search(data, cfg, device=resolve_device(device))
         params, _ = plan.model.init(random.key(seed))
         show_plan(plan.config, [f"parameters: {sum(p.numel() for p in params.values()):,} "
                                 "(supernet, architecture included)",

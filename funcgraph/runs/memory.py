@@ -158,9 +158,14 @@ def check_sizes(model: Model, example: Any, sizes: Sizes, device: torch.device,
     """
     params, state = meta_init(model)
     params_bytes = sizes.copies * tensor_bytes(params) + tensor_bytes(state)
+    free = available_bytes(device)
+    check_memory(MemoryEstimate(  # too big already: refused before the forward is counted
+        params_bytes + sizes.data, free, f"{fmt_bytes(params_bytes)} of params"
+        f"{_COPIES if sizes.copies > 1 else ''}, {fmt_bytes(sizes.data)} of data, before "
+        "activations"), advice)
     per_example = int((forward_bytes(model, params, state, example) or 0) * sizes.scale)
     estimate = MemoryEstimate(
-        params_bytes + sizes.data + sizes.examples * per_example, available_bytes(device),
+        params_bytes + sizes.data + sizes.examples * per_example, free,
         f"{fmt_bytes(params_bytes)} of params{_COPIES if sizes.copies > 1 else ''}, "
         f"{fmt_bytes(sizes.data)} of data, {sizes.examples:,} {sizes.what} of "
         f"{fmt_bytes(per_example)} of activations each")
@@ -225,6 +230,32 @@ def check_input_sizes(model: Model, shape: tuple[int, ...], device: torch.device
                 "use a smaller --input-shape or model")
 
 
-__all__ = ["MemoryEstimate", "Sizes", "allocated_bytes", "available_bytes", "check_fit_sizes",
-           "check_input_sizes", "check_memory", "check_sizes", "check_task_sizes", "fmt_bytes",
-           "forward_bytes", "meta_example", "tensor_bytes"]
+SEARCH_SCALE = 4.0
+"""How far past the default search (``-C 8 --layers 5 --batch-size 32``, 16 px: a peak under
+1 GiB) a DARTS search may be scaled before :func:`check_search_sizes` counts it on meta
+tensors, which takes seconds for a supernet (each mixed op is a dozen layers)."""
+
+
+def check_search_sizes(model: Model, *, channels: int, layers: int, batch_size: int,
+                       image_shape: tuple[int, ...], device: torch.device) -> None:
+    """:func:`check_sizes` for a DARTS search whose supernet (``channels`` squared times
+    ``layers``) or activations (``batch_size`` x pixels x ``channels`` x ``layers``) are more
+    than :data:`SEARCH_SCALE` times the default search's: the params with gradient, momentum
+    and the architecture's Adam state, the training and validation batches, and three forward
+    passes' activations per example of each. ``image_shape``: ``(C, H, W)``."""
+    params_scale = channels ** 2 * layers / (8 ** 2 * 5)
+    activation_scale = batch_size * math.prod(image_shape[-2:]) * channels * layers / (
+        32 * 16 * 16 * 8 * 5)
+    if max(params_scale, activation_scale) <= SEARCH_SCALE:
+        return
+    example = meta_example((1, *image_shape))
+    data = 2 * batch_size * (example.numel() * example.element_size() + 8)
+    check_sizes(model, example, Sizes(6 * batch_size, data, what="example forwards (3 per "
+                                      "example of the training and validation batches)"),
+                device, "lower -C, --layers, --batch-size or --image-size")
+
+
+__all__ = ["SEARCH_SCALE", "MemoryEstimate", "Sizes", "allocated_bytes", "available_bytes",
+           "check_fit_sizes", "check_input_sizes", "check_memory", "check_search_sizes",
+           "check_sizes", "check_task_sizes", "fmt_bytes", "forward_bytes", "meta_example",
+           "tensor_bytes"]

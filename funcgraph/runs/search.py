@@ -56,6 +56,7 @@ from ..train import Groups, LoopConfig, Run, run_loop
 from ..train.ownership import CONFIG_FILE
 from .curves import write_curves
 from .heatmap import write_heatmap
+from .memory import check_search_sizes
 
 HISTORY_FILE = "alpha_history.jsonl"
 GENOTYPE_FILE = "genotype.json"
@@ -282,10 +283,15 @@ class SearchPlan:
 
 
 def plan_search(data: SearchData, cfg: SearchConfig,
-                extra_config: Mapping[str, Any] | None = None) -> SearchPlan:
-    """The supernet, the epoch batches, the step budget and the run's config for ``cfg``."""
+                extra_config: Mapping[str, Any] | None = None, *,
+                device: str | torch.device = "cpu") -> SearchPlan:
+    """The supernet, the epoch batches, the step budget and the run's config for ``cfg``;
+    a search too big for the free memory of ``device`` is refused from shapes
+    (:func:`~funcgraph.runs.memory.check_search_sizes`)."""
     check_image_size("search: the images", *data.train_x.shape[-2:])
     model = build_search_model(cfg, data)
+    check_search_sizes(model, channels=cfg.C, layers=cfg.layers, batch_size=cfg.batch_size,
+                       image_shape=tuple(data.train_x.shape[1:]), device=torch.device(device))
     per_epoch, batch = epoch_batches(data, cfg.batch_size, cfg.seed)
     total = cfg.steps if cfg.steps is not None else cfg.epochs * per_epoch
     if total < 1:
@@ -325,7 +331,7 @@ def run_search(
         raise ConfigError("search: --order second runs in one process (the unrolled step "
                           "needs the whole batch); use --order first with --nproc")
     started = time.perf_counter()
-    plan = plan_search(data, cfg, extra_config)
+    plan = plan_search(data, cfg, extra_config, device=device)
     model, per_epoch, batch, total = plan.model, plan.per_epoch, plan.batch, plan.total
     config = _as_stored(plan.config, Path(out)) if resume else plan.config
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env,
