@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError
 from funcgraph.factory import build
-from funcgraph.factory.build import MAX_LAYERS
+from funcgraph.factory.config import MAX_LAYERS
 from funcgraph.runs import memory
 
 GIB = 2**30

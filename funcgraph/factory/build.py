@@ -32,6 +32,8 @@ from ..errors import ConfigError, FuncgraphError
 from ..model import Model
 from ..params import Params, State, add_prefix
 from .config import (
+    MAX_LAYERS,
+    TOO_MANY_LAYERS,
     TOP_KEYS,
     Variables,
     apply_overrides,
@@ -47,14 +49,6 @@ from .registry import REGISTRY, LayerType, Registry, Slot
 from .values import check_params, coerce
 
 _NODE_KEYS = ("type", "name", "params", "init")
-MAX_LAYERS = 1000
-"""The most layers (entries of the layer tree, blocks included) one config may build. Each
-is checked on meta tensors, which takes about a millisecond, so this bounds building in time
-as the limits of :mod:`funcgraph.factory.expr` bound an expression; a registered model type
-(``resnet``, ``darts_network``) is one entry however deep it is. Shipped configs have under
-40."""
-_TOO_MANY = (f"a config builds at most {MAX_LAYERS} (blocks included; a registered model type "
-             "such as resnet or darts_network counts as one)")
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -150,7 +144,7 @@ class _Builder:
                             f"unknown key for {kind}{hint}; allowed: {', '.join(allowed)}")
         row = len(self.rows)
         if row >= MAX_LAYERS:
-            raise error(path, f"more than {MAX_LAYERS} layers; {_TOO_MANY}")
+            raise error(path, f"more than {MAX_LAYERS} layers; {TOO_MANY_LAYERS}")
         self.rows.append(None)
         kwargs = self.params(layer, spec.get("params", {}), at(path, "params"), x)
         children: dict[str, Any] = {}
@@ -354,7 +348,7 @@ def build(
         if not isinstance(config["layers"], list):
             raise error("layers", f"expected a list of layers, got {describe(config['layers'])}")
         if len(config["layers"]) > MAX_LAYERS:  # the common case, refused before any is built
-            raise error("layers", f"{len(config['layers'])} layers; {_TOO_MANY}")
+            raise error("layers", f"{len(config['layers'])} layers; {TOO_MANY_LAYERS}")
         model, y, params = builder.chain(config["layers"], "layers", "", x, 0, name=name)
     else:
         model, y, params = builder.node(config["model"], "model", "", x, 0)
@@ -403,4 +397,4 @@ def _input_value(config: Mapping[str, Any], variables: Variables, shape: Any) ->
     return torch.empty(shape, dtype=coerce(raw, torch.dtype, "input_dtype"), device="meta")
 
 
-__all__ = ["MAX_LAYERS", "Built", "LayerRow", "build", "fmt_shape", "shape_of"]
+__all__ = ["Built", "LayerRow", "build", "fmt_shape", "shape_of"]
