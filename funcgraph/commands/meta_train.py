@@ -23,9 +23,8 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    import_plugins,
     show_plan,
-    use_threads,
+    start_run,
     user_errors,
 )
 
@@ -174,22 +173,13 @@ def meta_train(
     from dataclasses import replace
 
     from .. import distributed
-    from ..allocator import keep_freed_memory
     from ..factory import parse_overrides
     from ..placement import resolve_device
     from ..runs import default_config, meta_train, task_sources
     from ..runs.meta_train import model_config, plan_meta_train
-    from ..train.events import require_tensorboard
 
-    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
-
-    use_threads(threads)
-    import_plugins(import_)
-    if tensorboard:
-        require_tensorboard()
-    if resume and out is None:
-        raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
-                                 param_hint="--resume")
+    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
+              out=out)
     cfg = default_config(
         algo, dataset, tasks=tasks,
         data_root=str(data_root) if data_root is not None else None, image_size=image_size,

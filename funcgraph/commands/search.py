@@ -20,9 +20,8 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    import_plugins,
     show_plan,
-    use_threads,
+    start_run,
     user_errors,
 )
 
@@ -125,18 +124,13 @@ def search(
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
     from .. import distributed, random
-    from ..allocator import keep_freed_memory
     from ..nas import BilevelConfig, SearchConfig, load_space
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
     from ..runs.search import network_fields, plan_search
-    from ..train.events import require_tensorboard
 
-    keep_freed_memory()  # reuse freed activations: see funcgraph.allocator
-    use_threads(threads)
-    import_plugins(import_)
-    if tensorboard:
-        require_tensorboard()
+    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
+              out=out)
 
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
     cfg = SearchConfig(**network_fields(model, channels=channels, layers=layers),
