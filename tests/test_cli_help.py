@@ -15,8 +15,8 @@ from funcgraph.commands import help_layout
 COMMANDS = ["info", "graph", "export", "meta-train", "evaluate", "train", "search", "runs",
             "plot", "model check", "model list"]
 
-PANELLED = ["graph", "train", "runs", "plot", "model check", "model list"]
-"""Commands whose every option (``--help`` aside) sits in a titled help panel."""
+PANELLED = [c for c in COMMANDS if c != "info"]
+"""Every command with options: each of them (``--help`` aside) sits in a titled help panel."""
 
 
 def _command(path: str) -> typer.main.click.Command:  # type: ignore[name-defined]

@@ -17,26 +17,34 @@ from .common import (
     user_errors,
 )
 
+EVALUATION_PANEL = "Evaluation"
+
 
 @user_errors
 def evaluate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by meta-train.")],
     tasks: Annotated[str | None, typer.Option(
+        rich_help_panel=EVALUATION_PANEL,
         help="Task spec to evaluate on (default: the run's), e.g. 5way1shot15query.")] = None,
     episodes: Annotated[int, typer.Option(
+        rich_help_panel=EVALUATION_PANEL,
         min=1, max=100_000, help="Held-out tasks to average over.")] = 600,
     inner_steps_eval: Annotated[int | None, typer.Option(
+        rich_help_panel=EVALUATION_PANEL,
         min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
     bn_running_stats: Annotated[bool | None, typer.Option(
         "--bn-running-stats/--batch-stats",
+        rich_help_panel=EVALUATION_PANEL,
         help="MAML++: score each query on its own, normalised with the per-step running "
              "statistics of the adapted params, or with each batch's statistics (default: "
              "the run's).")] = None,
-    checkpoint: Annotated[str, typer.Option(help="best or last.")] = "best",
+    checkpoint: Annotated[str, typer.Option(
+        rich_help_panel=EVALUATION_PANEL, help="best or last.")] = "best",
     device: DeviceOption = "auto",
     threads: ThreadsOption = 0,
     import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
+        rich_help_panel=EVALUATION_PANEL,
         min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's).")] = None,
 ) -> None:
     """Adapt on each held-out task's support set and report query accuracy +- 95% CI.

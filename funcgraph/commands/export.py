@@ -9,23 +9,31 @@ import typer
 
 from .common import ImportOption, console, import_plugins, parse_shape, user_errors
 
+EXPORT_PANEL = "Export"
+
 
 @user_errors
 def export(
     run_dir: Annotated[Path, typer.Argument(help="Run directory (config.json + checkpoints/).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the .pt2 file.")] =
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", rich_help_panel=EXPORT_PANEL, help="Where to write the .pt2 file.")] =
         Path("model.pt2"),
-    checkpoint: Annotated[str, typer.Option(help="Checkpoint tag: last or best.")] = "last",
+    checkpoint: Annotated[str, typer.Option(
+        rich_help_panel=EXPORT_PANEL, help="Checkpoint tag: last or best.")] = "last",
     input_shape: Annotated[str | None, typer.Option(
+        rich_help_panel=EXPORT_PANEL,
         help="Example input shape with batch dim (default: what the run trained on).")] = None,
     dynamic_batch: Annotated[bool, typer.Option(
-        "--dynamic-batch/--static-batch", help="Make the batch dim symbolic.")] = True,
+        "--dynamic-batch/--static-batch", rich_help_panel=EXPORT_PANEL,
+        help="Make the batch dim symbolic.")] = True,
     onnx: Annotated[Path | None, typer.Option(
+        rich_help_panel=EXPORT_PANEL,
         help="Also write an ONNX file here (needs onnx + onnxscript); the weights may go to "
              "a side file beside it, FILE.data, which the output names.")] = None,
     batch_dependent: Annotated[bool, typer.Option(
-        "--batch-dependent", help="Export a model whose outputs depend on the batch (batch "
-                                  "norm with batch statistics) as it is, instead of refusing.")
+        "--batch-dependent", rich_help_panel=EXPORT_PANEL,
+        help="Export a model whose outputs depend on the batch (batch norm with batch "
+             "statistics) as it is, instead of refusing.")
     ] = False,
     import_: ImportOption = None,
 ) -> None:

@@ -11,6 +11,8 @@ import typer
 from ..data.registry import dataset_help, image_size_help
 from ..meta.registry import algorithm_help, defaults_help, recipe_help
 from .common import (
+    MODEL_PANEL,
+    RUN_PANEL,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -27,6 +29,12 @@ from .common import (
     start_run,
     user_errors,
 )
+
+TASKS_PANEL = "Tasks and data"
+ALGORITHM_PANEL = "Algorithm"
+META_STEP_PANEL = "Meta-step"
+SPECIFIC_PANEL = "Reptile, MAML++ and iMAML"
+EVAL_PANEL = "Validation and test"
 
 
 class MetaOptimizer(StrEnum):
@@ -50,101 +58,129 @@ class StrategyChoice(StrEnum):
 @user_errors
 def meta_train(
     tasks: Annotated[str | None, typer.Option(
+        rich_help_panel=TASKS_PANEL,
         help="Task spec: 5way1shot, 20way5shot, 5way1shot15query (sinusoid: 10shot). "
              "Validation and test use it; training uses --train-queries queries per class.")
     ] = None,
     algo: Annotated[str | None, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
         help=f"Meta-learning algorithm: {algorithm_help()} (default: protonet on image "
              "datasets, maml on sinusoid); or one of your own, registered with "
              "funcgraph.meta.register_algorithm in a module given to --import.")] = None,
     dataset: Annotated[str, typer.Option(
+        rich_help_panel=TASKS_PANEL,
         help=f"The tasks' dataset: {dataset_help()}; or one of your own, registered with "
              "funcgraph.data.register_dataset in a module given to --import.")
     ] = "glyphs",
     data_root: Annotated[Path | None, typer.Option(
+        rich_help_panel=TASKS_PANEL,
         help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")
     ] = None,
     image_size: Annotated[int | None, typer.Option(
+        rich_help_panel=TASKS_PANEL,
         min=8, max=512, help=f"Resize images to this square size (default: the dataset's: "
                              f"{image_size_help()}).")] = None,
     meta_batch: Annotated[int | None, typer.Option(
+        rich_help_panel=META_STEP_PANEL,
         min=1, max=100_000,
         help=f"Tasks per meta-step (default 32; {recipe_help('meta_batch')}).")] = None,
     steps: Annotated[int | None, typer.Option(
+        rich_help_panel=META_STEP_PANEL,
         min=1, max=10**7, help=f"Meta-steps (default 500; {recipe_help('steps')}).")] = None,
     inner_steps: Annotated[int | None, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
         min=0, max=1000,
         help=f"Inner SGD steps in meta-training (default {defaults_help('inner_steps')}).")
     ] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
         min=0, max=1000,
         help=f"Inner SGD steps at validation and test (default {defaults_help('eval_steps')}).")
     ] = None,
     inner_lr: Annotated[float | None, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
         help=f"Inner learning rate (default {defaults_help('inner_lr')}; sinusoid 0.01).")
     ] = None,
-    meta_lr: Annotated[float | None, typer.Option(help="Adam learning rate of the meta-step.")
-                       ] = None,
+    meta_lr: Annotated[float | None, typer.Option(
+        rich_help_panel=META_STEP_PANEL, help="Adam learning rate of the meta-step.")] = None,
     first_order: Annotated[bool, typer.Option(
-        "--first-order", help="Drop the second-order term (first-order MAML).")] = False,
+        "--first-order", rich_help_panel=ALGORITHM_PANEL,
+        help="Drop the second-order term (first-order MAML).")] = False,
     remat: Annotated[bool, typer.Option(
-        "--remat", help="Memory-saving second order: keep only each inner step's params and "
-                        "recompute its graph in the backward pass (same meta-gradient; peak "
-                        "memory of one inner step). MAML, Meta-SGD, ANIL.")] = False,
+        "--remat", rich_help_panel=ALGORITHM_PANEL,
+        help="Memory-saving second order: keep only each inner step's params and recompute "
+             "its graph in the backward pass (same meta-gradient; peak memory of one inner "
+             "step). MAML, Meta-SGD, ANIL.")] = False,
     cosine_meta_lr: Annotated[bool | None, typer.Option(
         "--cosine-meta-lr/--constant-meta-lr",
+        rich_help_panel=META_STEP_PANEL,
         help="Cosine-anneal the meta learning rate to 0 (default: on for mamlpp).")] = None,
     linear_meta_lr: Annotated[bool | None, typer.Option(
         "--linear-meta-lr",
+        rich_help_panel=META_STEP_PANEL,
         help="Anneal the meta learning rate linearly to 0 (Reptile's outer step size).")
     ] = None,
     meta_optimizer: Annotated[MetaOptimizer | None, typer.Option(
+        rich_help_panel=META_STEP_PANEL,
         help="Optimiser of the meta-step (default adam; reptile's recipe: sgd).")] = None,
     inner_optimizer: Annotated[InnerOptimizer | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         help="Reptile: optimiser of the inner loop (adam: betas (0, 0.999), fresh per task).")
     ] = None,
     inner_minibatches: Annotated[bool | None, typer.Option(
         "--inner-minibatches/--inner-full-batch",
+        rich_help_panel=SPECIFIC_PANEL,
         help="Reptile: each inner step fits one example of every class (cycling through the "
              "task; the default) or all of the task's examples at once.")] = None,
     msl_anneal_steps: Annotated[int | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
                                "towards the last inner step (default: 15% of --steps).")] = None,
     first_order_until: Annotated[int | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         min=0, max=10**7, help="MAML++: first-order meta-gradients before this meta-step "
                                f"(derivative-order annealing; default "
                                f"{defaults_help('first_order_until')}).")] = None,
     bn_running_stats: Annotated[bool, typer.Option(
         "--bn-running-stats",
+        rich_help_panel=SPECIFIC_PANEL,
         help="MAML++: validate and test with per-step batch-norm running statistics (each "
              "query scored on its own) instead of each batch's statistics.")] = False,
     imaml_lambda: Annotated[float | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         help=f"iMAML: the proximal regulariser's strength (default {defaults_help('lam')}).")
     ] = None,
     cg_steps: Annotated[int | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         min=1, max=1000,
         help=f"iMAML: conjugate-gradient steps at most (default {defaults_help('cg_steps')}).")
     ] = None,
     cg_tol: Annotated[float | None, typer.Option(
+        rich_help_panel=SPECIFIC_PANEL,
         help=f"iMAML: stop CG at this relative residual (default {defaults_help('cg_tol')}).")
     ] = None,
     train_queries: Annotated[int | None, typer.Option(
+        rich_help_panel=TASKS_PANEL,
         min=1, max=1000,
         help=f"Query examples per class in meta-training (default 1; "
              f"{recipe_help('train_queries')}).")] = None,
     rotate: Annotated[bool, typer.Option(
-        "--rotate", help="Add 90/180/270-degree rotated classes to training (MAML protocol).")
-    ] = False,
+        "--rotate", rich_help_panel=TASKS_PANEL,
+        help="Add 90/180/270-degree rotated classes to training (MAML protocol).")] = False,
     strategy: Annotated[StrategyChoice, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
         help="Run tasks in a loop, on one worker thread per CPU thread (--threads), or "
              "vmapped; auto = the measured default for the device and task size, measure = "
              "time each on the first batch.")] = StrategyChoice.auto,
     validate_every: Annotated[int | None, typer.Option(
+        rich_help_panel=EVAL_PANEL,
         min=0, max=10**7, help="Validate every N steps (0: never).")] = None,
     val_episodes: Annotated[int | None, typer.Option(
+        rich_help_panel=EVAL_PANEL,
         min=1, max=100_000, help="Validation tasks per validation (default 200).")] = None,
-    episodes: Annotated[int, typer.Option(min=1, max=100_000,
-                                                 help="Held-out test tasks at the end.")] = 600,
+    episodes: Annotated[int, typer.Option(
+        min=1, max=100_000, rich_help_panel=EVAL_PANEL,
+        help="Held-out test tasks at the end.")] = 600,
     device: DeviceOption = "auto",
     threads: ThreadsOption = 0,
     seed: SeedOption = 0,
@@ -153,14 +189,18 @@ def meta_train(
     import_: ImportOption = None,
     place: PlaceOption = None,
     out: Annotated[Path | None, typer.Option(
+        rich_help_panel=RUN_PANEL,
         help="Run directory (default runs/<algo>-<dataset>-<tasks>-<time>).")] = None,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
+        "--resume", rich_help_panel=RUN_PANEL,
+        help="Continue the run in --out from its last checkpoint.")] = False,
     model: Annotated[str | None, typer.Option(
+        rich_help_panel=MODEL_PANEL,
         help="A model config file or name for funcgraph.factory (default: conv4 / MLP).")
     ] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="Override a model hyperparameter: --set hidden=32 (repeatable).")] = None,
+        "--set", rich_help_panel=MODEL_PANEL,
+        help="Override a model hyperparameter: --set hidden=32 (repeatable).")] = None,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .common import (
+    RUN_PANEL,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -24,6 +25,11 @@ from .common import (
     start_run,
     user_errors,
 )
+
+SEARCH_PANEL = "Search"
+REMEDIES_PANEL = "Collapse remedies"
+NETWORK_PANEL = "Network"
+DATA_PANEL = "Data"
 
 
 class Order(StrEnum):
@@ -43,61 +49,77 @@ class Select(StrEnum):
 
 @user_errors
 def search(
-    epochs: Annotated[int, typer.Option(min=1, max=10_000,
+    epochs: Annotated[int, typer.Option(rich_help_panel=SEARCH_PANEL, min=1, max=10_000,
                                                  help="Search epochs over the train half.")] = 10,
     steps: Annotated[int | None, typer.Option(
+        rich_help_panel=SEARCH_PANEL,
         min=1, max=10**7,
         help="Total steps (overrides --epochs; an epoch is a pass over the train half).")
     ] = None,
     order: Annotated[Order, typer.Option(
+        rich_help_panel=SEARCH_PANEL,
         help="Architecture gradient: first (current weights) or second (through one unrolled "
              "weight step).")] = Order.first,
     hypergradient: Annotated[Hypergradient, typer.Option(
+        rich_help_panel=SEARCH_PANEL,
         help="Second order only: exact (torch.func vjp) or the paper's finite difference.")
     ] = Hypergradient.exact,
     partial_channels: Annotated[int, typer.Option(
+        rich_help_panel=SEARCH_PANEL,
         min=1, max=64, help="PC-DARTS: send 1/k of the channels through the mixed ops (k=4 in the "
                     "paper; 1 = plain DARTS).")] = 1,
     skip_cap: Annotated[int | None, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         min=0, max=8, help="At most this many skip connections per derived cell (P-DARTS uses 2).")
     ] = None,
     stop_skips: Annotated[int, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         min=0, max=8, help="Collapse guard: stop when the normal cell derives this many skip "
                     "connections (DARTS+ uses 2; 0 disables).")] = 4,
     warmup_epochs: Annotated[int, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         min=0, max=10_000, help="Remedy (PC-DARTS, P-DARTS): the first N epochs update the "
                                 "weights only; below the number of epochs.")] = 0,
     beta_reg: Annotated[float, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         min=0.0, max=1e6, help="Remedy (beta-DARTS): Beta-Decay regularisation of alpha, its "
                                "weight rising linearly from 0 to this value (0 = off).")] = 0.0,
     aux_skip: Annotated[bool, typer.Option(
-        "--aux-skip", help="Remedy (DARTS-): an auxiliary skip on every stride-1 edge, its "
-                           "coefficient decaying linearly from 1 to 0.")] = False,
+        "--aux-skip", rich_help_panel=REMEDIES_PANEL,
+        help="Remedy (DARTS-): an auxiliary skip on every stride-1 edge, its coefficient "
+             "decaying linearly from 1 to 0.")] = False,
     edge_normalization: Annotated[bool, typer.Option(
-        "--edge-normalization", help="Remedy (PC-DARTS): learnt edge weights per node; "
-                                     "edges are chosen by softmax(alpha) x edge weight.")
+        "--edge-normalization", rich_help_panel=REMEDIES_PANEL,
+        help="Remedy (PC-DARTS): learnt edge weights per node; edges are chosen by "
+             "softmax(alpha) x edge weight.")
     ] = False,
     stop_stable: Annotated[int, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         min=0, max=10_000, help="Remedy (DARTS+): stop when the derived genotype has been the "
                                 "same for N consecutive epoch ends (0 disables; N >= 2).")] = 0,
     select: Annotated[Select, typer.Option(
+        rich_help_panel=REMEDIES_PANEL,
         help="The final genotype: argmax (DARTS' derivation) or perturbation (DARTS-PT, on "
              "the validation half).")] = Select.argmax,
     model: Annotated[str | None, typer.Option(
+        rich_help_panel=NETWORK_PANEL,
         help="The network around the cells: a funcgraph.factory config file or name whose "
              "model is a darts_search supernet, giving some of c, layers, steps (nodes per "
              "cell), multiplier, stem_multiplier and arch_init_scale (default: DARTS' cells, "
              "-C 8, --layers 5).")] = None,
     channels: Annotated[int | None, typer.Option(
-        "-C", "--channels", min=2, max=512,
+        "-C", "--channels", rich_help_panel=NETWORK_PANEL, min=2, max=512,
         help="Initial cell width C (default 8; or c in --model, not both).")] = None,
     layers: Annotated[int | None, typer.Option(
+        rich_help_panel=NETWORK_PANEL,
         min=3, max=64, help="Cells in the supernet (default 5; or layers in --model, not "
                             "both).")] = None,
-    batch_size: Annotated[int, typer.Option(min=1, max=4096, help="Images per batch.")] = 32,
-    classes: Annotated[int, typer.Option(min=2, max=10_000,
+    batch_size: Annotated[int, typer.Option(
+        min=1, max=4096, rich_help_panel=SEARCH_PANEL, help="Images per batch.")] = 32,
+    classes: Annotated[int, typer.Option(rich_help_panel=DATA_PANEL, min=2, max=10_000,
                                                  help="Glyph characters to classify.")] = 20,
     image_size: Annotated[int, typer.Option(
+        rich_help_panel=DATA_PANEL,
         min=8, max=64, help="Glyph resolution (a multiple of 4).")] = 16,
     device: DeviceOption = "auto",
     seed: SeedOption = 0,
@@ -105,12 +127,15 @@ def search(
     dry_run: DryRunOption = False,
     tensorboard: TensorBoardOption = False,
     space: Annotated[Path | None, typer.Option(
+        rich_help_panel=NETWORK_PANEL,
         help="A search space file: {\"primitives\": [\"sep_conv_3x3\", ...]} naming built-in "
              "ops or ops registered by an --import module (default: DARTS' eight).")] = None,
     import_: ImportOption = None,
-    out: Annotated[Path, typer.Option(help="Run directory.")] = Path("runs/search"),
+    out: Annotated[Path, typer.Option(
+        rich_help_panel=RUN_PANEL, help="Run directory.")] = Path("runs/search"),
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the run in --out from its last checkpoint.")] = False,
+        "--resume", rich_help_panel=RUN_PANEL,
+        help="Continue the run in --out from its last checkpoint.")] = False,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,
