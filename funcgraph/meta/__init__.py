@@ -29,12 +29,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                 "MetaLearner", "Objective", "Task", "accuracy", "model_params", "objective"),
     "maml": ("InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "remat_task_grad",
              "task_loss"),
-    "mamlpp": ("mamlpp", "mamlpp_loss", "msl_weights", "step_params", "step_running_stats",
-               "with_step_running_stats"),
+    "mamlpp": ("mamlpp", "mamlpp_loss", "msl_weights", "step_params"),
     "protonet": ("protonet", "protonet_logits", "prototypes", "squared_distances"),
     "registry": ("AlgorithmType", "Recipe", "TaskInfo", "algorithm_names", "algorithm_type",
                  "register_algorithm"),
     "reptile": ("reptile",),
+    "running_stats": ("step_running_stats", "with_step_running_stats"),
     "settings": ("AdaptSettings", "FomamlSettings", "ImamlSettings", "MamlSettings",
                  "MamlppSettings", "ProtonetSettings", "ReptileSettings", "Settings"),
     "step": ("StepMetrics", "meta_step"),
@@ -70,14 +70,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
         remat_task_grad,
         task_loss,
     )
-    from .mamlpp import (  # noqa: F401
-        mamlpp,
-        mamlpp_loss,
-        msl_weights,
-        step_params,
-        step_running_stats,
-        with_step_running_stats,
-    )
+    from .mamlpp import mamlpp, mamlpp_loss, msl_weights, step_params  # noqa: F401
     from .protonet import protonet, protonet_logits, prototypes, squared_distances  # noqa: F401
     from .registry import (  # noqa: F401
         AlgorithmType,
@@ -88,6 +81,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
         register_algorithm,
     )
     from .reptile import reptile  # noqa: F401
+    from .running_stats import step_running_stats, with_step_running_stats  # noqa: F401
     from .settings import (  # noqa: F401
         AdaptSettings,
         FomamlSettings,

@@ -20,18 +20,18 @@ paper's fixes, each one switchable; with all of them off the learner is MAML, bi
   by inner step ``i``'s support pass and by the query pass after step ``i``. The rows are
   meta-learned and not adapted in the inner loop (the authors' default). :func:`step_params`
   gives the model's complete params at a step, for use outside the learner.
-* **BNRS** (per-step running statistics, used at evaluation): training stays transductive
-  (every forward normalises with its own batch's statistics, as MAML is run), and
-  :func:`step_running_stats` accumulates one set of batch-norm running statistics per inner
-  step on the model's twin with running statistics (``conv4(..., running_stats=True)``), with
-  batch norm's own momentum update over training-split tasks adapted as evaluation adapts.
-  :func:`with_step_running_stats` gives the learner whose query pass normalises with the row
-  of the adapted params: each query example is scored on its own (non-transductive), which is
-  what a deployed few-shot model that sees one query at a time needs; the support passes keep
-  the support set's statistics (why: that function's docs). The paper updates the rows during
-  meta-training; accumulating them from the finished meta-params instead keeps the meta-step
-  pure and the statistics free of the lag behind the changing weights, and costs the
-  adaptation of a few hundred tasks.
+* **BNRS** (per-step running statistics, used at evaluation; :mod:`.running_stats`): training
+  stays transductive (every forward normalises with its own batch's statistics, as MAML is
+  run), and ``step_running_stats`` accumulates one set of batch-norm running statistics per
+  inner step on the model's twin with running statistics (``conv4(..., running_stats=True)``),
+  with batch norm's own momentum update over training-split tasks adapted as evaluation
+  adapts. ``with_step_running_stats`` gives the learner whose query pass normalises with the
+  row of the adapted params: each query example is scored on its own (non-transductive),
+  which is what a deployed few-shot model that sees one query at a time needs; the support
+  passes keep the support set's statistics (why: that function's docs). The paper updates the
+  rows during meta-training; accumulating them from the finished meta-params instead keeps
+  the meta-step pure and the statistics free of the lag behind the changing weights, and
+  costs the adaptation of a few hundred tasks.
 * **Cosine annealing of the meta learning rate** belongs to the outer loop (the optimiser's
   learning rate; :func:`funcgraph.train.optim.cosine_lr`), not to the learner.
 
@@ -53,18 +53,16 @@ dropout masks and differ only by the adaptation (the schedule is in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from functools import partial
 
 import torch
 from torch import Tensor
 
-from .. import random
 from ..checks import check_int, check_sequence
 from ..errors import ConfigError
-from ..model import BoundApply, Model
-from ..params import Params, State, select
+from ..model import BoundApply
+from ..params import Params, select
 from ..random import Key
 from .learner import (
     STEP_BN_PREFIX,
@@ -77,7 +75,6 @@ from .learner import (
     grad_of,
     model_params,
     objective,
-    query_key,
     support_keys,
     task_grad_of,
 )
@@ -187,128 +184,10 @@ def mamlpp_loss(
     return torch.stack([*terms, weights[-1] * loss]).sum(), metric
 
 
-def _bn_row(step: int, steps: int) -> int:
-    """The batch-norm weight row of the forward after ``step`` updates of a ``steps``-step
-    inner loop: the support pass of step ``step``, or the query pass (``step == steps``), which
-    uses the last step's row as in :func:`mamlpp_loss`."""
-    return max(min(step, steps - 1), 0)
-
-
 def _sgd_step(fast: Params, grads: Params, rates: Params, inner_lr: float, step: int) -> Params:
     """One inner SGD step with the learned rates of ``step`` where present."""
     return {n: p - (_row(rates[n], step) if rates else inner_lr) * grads[n]
             for n, p in fast.items()}
-
-
-def _support_loss(forward: Callable[[Params, int, Key | None], Tensor], objective: Objective,
-                  y: Tensor, f: Params, *, step: int, key: Key | None) -> Tensor:
-    """The support loss of ``forward(f, step, key)`` (one inner step's objective)."""
-    return objective.loss(forward(f, step, key), y)
-
-
-def step_running_stats(
-    stats_model: Model,
-    meta_params: Params,
-    tasks: Task,
-    *,
-    steps: int,
-    inner_lr: float,
-    objective: Objective,
-) -> list[State]:
-    """BNRS: batch norm's running statistics per inner step, accumulated over ``tasks``.
-
-    ``stats_model`` is the meta-trained model's twin with running statistics (same params,
-    state ``*.running_mean/running_var``; ``conv4(..., running_stats=True)``). Row ``k``
-    (``k = 0 .. steps``) holds the statistics of forwards with the params after ``k`` inner
-    updates: each task of the batch (drawn from the training split), one after another,
-    adapts for ``steps`` first-order steps as evaluation does (learned rates, per-step
-    batch-norm weights, batch statistics), and its support set forwarded in training mode with
-    the params after ``k`` updates moves row ``k`` by batch norm's momentum update. Row
-    ``steps`` (the params the query pass sees) is measured on the support set too: support and
-    query examples come from the same classes, and the query set is what evaluation must not
-    look at.
-    """
-    check_int("step_running_stats", "steps", steps, minimum=0)
-    rows = [stats_model.init(random.key(0))[1] for _ in range(steps + 1)]
-    if not rows[0]:
-        raise ConfigError(f"step_running_stats: model {stats_model.name} keeps no running "
-                          "statistics (build its twin with running_stats=True)")
-    rates = _per_step(meta_params, STEP_LR_PREFIX)
-    bn = _per_step(meta_params, STEP_BN_PREFIX)
-
-    def accumulate(task: Task) -> None:
-        """Move every row by the forwards of one task's adaptation."""
-
-        def forward(f: Params, step: int, key: Key | None) -> Tensor:
-            pred, rows[step] = stats_model.apply(_with_bn(f, bn, _bn_row(step, steps)),
-                                                 rows[step], task.support_x, key=key,
-                                                 train=True)
-            return pred
-
-        fast = model_params(meta_params)
-        for step, step_key in enumerate(support_keys(task.key, steps + 1)):
-            if step == steps:
-                with torch.no_grad():
-                    forward(fast, step, step_key)
-                break
-            loss = partial(_support_loss, forward, objective, task.support_y, step=step,
-                           key=step_key)
-            fast = _sgd_step(fast, grad_of(loss, fast), rates, inner_lr, step)
-
-    for t in range(tasks.support_x.shape[0]):
-        accumulate(tasks.pick(t))
-    return rows
-
-
-def with_step_running_stats(
-    learner: MetaLearner, stats_model: Model, rows: Sequence[State]
-) -> MetaLearner:
-    """``learner`` (a MAML++ learner) whose evaluation scores every query example on its own:
-    the query pass after the last inner step normalises with row ``steps`` of the per-step
-    running statistics (:func:`step_running_stats`), in evaluation mode, instead of with the
-    query batch's statistics.
-
-    The support passes keep the support set's own statistics: the support set is given whole,
-    and the inner rates were meta-learned with batch statistics. Adapting in evaluation mode
-    instead (every pass on its step's row, the paper's literal reading) diverged on glyph
-    tasks: a conv4 meta-trained with learned rates up to 1.1 reached query losses of 3.6e4 to
-    5.3e5, because a fixed normalisation no longer cancels the scale of a weight update as
-    batch statistics do.
-
-    Raises:
-        ConfigError: ``learner`` is not MAML++, or ``rows`` has not one row per evaluation
-            step plus one.
-    """
-    settings = learner.settings
-    if not isinstance(settings, MamlppSettings):
-        raise ConfigError(f"with_step_running_stats: per-step running statistics belong to "
-                          f"MAML++ (--algo mamlpp), not {learner.name}")
-    steps, inner_lr = settings.eval_steps, settings.inner_lr
-    if len(rows) != steps + 1:
-        raise ConfigError(f"with_step_running_stats: {learner.name} evaluates with {steps} "
-                          f"inner steps, so it needs {steps + 1} rows of statistics, got "
-                          f"{len(rows)}")
-    obj = learner.objective
-
-    def forward(f: Params, step: int, key: Key | None, *, bn: Params, x: Tensor,
-                train: bool) -> Tensor:
-        pred, _ = stats_model.apply(_with_bn(f, bn, _bn_row(step, steps)), rows[step], x,
-                                    key=key, train=train)
-        return pred
-
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        fast = model_params(meta_params)
-        rates = _per_step(meta_params, STEP_LR_PREFIX)
-        bn = _per_step(meta_params, STEP_BN_PREFIX)
-        support = partial(forward, bn=bn, x=task.support_x, train=True)
-        for step, step_key in enumerate(support_keys(task.key, steps)):
-            loss = partial(_support_loss, support, obj, task.support_y, step=step,
-                           key=step_key)
-            fast = _sgd_step(fast, grad_of(loss, fast), rates, inner_lr, step)
-        pred = forward(fast, steps, query_key(task.key), bn=bn, x=task.query_x, train=False)
-        return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
-
-    return replace(learner, task_eval=task_eval)
 
 
 def _check_suffixes(value: object) -> tuple[str, ...]:
@@ -419,4 +298,4 @@ def build_mamlpp(apply: BoundApply, settings: MamlppSettings, info: TaskInfo) ->
 
 
 __all__ = ["BN_SUFFIXES", "MSL_FLOOR", "build_mamlpp", "mamlpp", "mamlpp_loss", "msl_weights",
-           "step_params", "step_running_stats", "with_step_running_stats"]
+           "step_params"]

@@ -86,7 +86,7 @@ def conv4(
             ``block{1..4}.norm.running_mean/running_var``, momentum 0.1): training returns them
             updated and evaluation normalises with them, each example on its own. Meta-learning
             trains the stateless default; MAML++'s per-step running statistics
-            (:func:`funcgraph.meta.mamlpp.step_running_stats`) accumulate on this twin.
+            (:func:`funcgraph.meta.running_stats.step_running_stats`) accumulate on this twin.
     Returns:
         A :class:`~funcgraph.Model` (stateless unless ``running_stats``) mapping
         ``(B, in_channels, H, W)`` to ``(B, ways)`` logits (or ``(B, hidden)`` features).

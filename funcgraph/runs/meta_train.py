@@ -32,7 +32,7 @@ from .. import distributed
 from ..errors import CheckpointError, ConfigError
 from ..meta.evaluate import EvalResult, evaluate
 from ..meta.learner import MetaLearner
-from ..meta.mamlpp import step_running_stats, with_step_running_stats
+from ..meta.running_stats import step_running_stats, with_step_running_stats
 from ..meta.settings import AdaptSettings
 from ..meta.step import meta_step
 from ..meta.strategy import STRATEGIES, resolve_strategy
@@ -80,7 +80,7 @@ def evaluation_learner(cfg: MetaTrainConfig, learner: MetaLearner, params: Param
                        sources: TaskSources, device: torch.device) -> MetaLearner:
     """The learner that scores ``params``: ``learner`` itself, or with
     ``--bn-running-stats`` MAML++ scoring each query on its own with the running statistics
-    of the adapted params (:func:`funcgraph.meta.mamlpp.with_step_running_stats`),
+    of the adapted params (:func:`funcgraph.meta.running_stats.with_step_running_stats`),
     accumulated over :data:`RUNNING_STATS_TASKS` training tasks from ``params`` (so each
     validation uses the statistics of the params it scores)."""
     if not cfg.bn_running_stats:
