@@ -30,7 +30,7 @@ from funcgraph.export import (
     read_metadata,
 )
 from funcgraph.runs import resolve_model
-from funcgraph.train.run import Run
+from funcgraph.train.run_dir import Run
 
 
 def convnet() -> funcgraph.Model:

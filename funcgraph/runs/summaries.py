@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import FuncgraphError
 from ..train.checkpoint import checkpoint_exists, checkpoint_step
 from ..train.ownership import CONFIG_FILE, RunLock
-from ..train.run import METRICS_FILE, Run
+from ..train.run_dir import METRICS_FILE, Run
 from .curves import metric_of
 
 STATUSES = ("finished", "interrupted", "failed", "in use")

@@ -4,7 +4,7 @@ from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from .divergence import DIVERGENCE_BOUND, check_diverged
 from .loop import Groups, LoopConfig, StepFn, run_loop
 from .optim import Optimizer, adam, cosine_lr, sgd
-from .run import Run
+from .run_dir import Run
 
 __all__ = [
     "DIVERGENCE_BOUND",

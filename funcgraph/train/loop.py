@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..errors import DivergedError
 from .divergence import check_diverged
-from .run import Run
+from .run_dir import Run
 
 Groups = dict[str, dict[str, Tensor]]
 StepFn = Callable[[int, Groups], tuple[Groups, Mapping[str, float]]]
