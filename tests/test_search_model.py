@@ -273,7 +273,7 @@ def test_partial_channels_must_divide_the_configs_width(tmp_path: Path) -> None:
                                            "params = { c = 6 }\n")
     code, output = _invoke([*SEARCH, "--model", str(config), "--partial-channels", "2",
                             "--out", str(tmp_path / "x")])
-    assert code == 2 and "--partial-channels 2 must divide C 6" in output, output
+    assert code == 2 and "(--partial-channels) 2 must divide C 6" in output, output
 
 
 # --- without --model: the default search, exactly ------------------------------------------
