@@ -192,6 +192,26 @@ def test_kinds_are_called_by_their_own_conventions(forget: list[str]) -> None:
         task_sources("ramp", spec="5way")
 
 
+def test_a_users_regression_dataset_gets_regressions_defaults_and_refusals(
+        forget: list[str]) -> None:
+    """What meta-train does for sinusoid it does for any registered regression dataset:
+    MAML by default, the MAML paper's regression settings, no ways, rotation or image size."""
+    from funcgraph.runs.meta_train_config import default_algo, default_config
+
+    forget.append("ramp")
+    register_dataset("ramp", kind="regression", sample=data.sinusoid_tasks)
+    assert default_algo("ramp") == "maml"
+    cfg = default_config(dataset="ramp")
+    assert (cfg.algo, cfg.tasks, cfg.inner_lr, cfg.meta_batch) == ("maml", "10shot", 0.01, 25)
+    assert default_config(dataset="ramp") == default_config(dataset="sinusoid").__class__(
+        **{**default_config(dataset="sinusoid").to_json(), "dataset": "ramp"})
+    for given, message in [({"tasks": "5way1shot"}, "ramp tasks are regression and have no ways"),
+                           ({"rotate": True}, "ramp tasks are regression and have none"),
+                           ({"image_size": 16}, "ramp tasks are regression")]:
+        with pytest.raises(ConfigError, match=message):
+            default_config(dataset="ramp", **given)
+
+
 def test_the_package_surface_is_listed_once_for_runtime_and_alike_for_type_checkers() -> None:
     """data/__init__.py's TYPE_CHECKING imports name exactly the names of _EXPORTS, each from
     its module; every name resolves at run time."""

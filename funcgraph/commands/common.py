@@ -169,8 +169,9 @@ TensorBoardOption = Annotated[bool, typer.Option(
          "the tensorboard package.")]
 ImportOption = Annotated[list[str] | None, typer.Option(
     "--import", envvar="FUNCGRAPH_IMPORT", rich_help_panel=RUN_PANEL,
-    help="Import this Python module first, so layers, models or ops it registers can be "
-         "named (repeatable; FUNCGRAPH_IMPORT takes several, space-separated).")]
+    help="Import this Python module first, so the layers, models, ops, algorithms or "
+         "datasets it registers can be named (repeatable; FUNCGRAPH_IMPORT takes several, "
+         "space-separated).")]
 
 
 def import_plugins(modules: list[str] | None) -> None:

@@ -240,22 +240,18 @@ def meta_train(
         seed=seed,
     )
     overrides = parse_overrides(set_ or [])
-    if dry_run:
-        sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                               data_root=cfg.data_root, rotate=cfg.rotate,
-                               image_size=cfg.image_size)
-        cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
-                                              overrides=overrides))
-        plan = plan_meta_train(cfg, sources, resolve_device(device), place=place)
-        show_plan(plan.cfg.to_json(), [f"parameters: {plan.parameters:,}",
-                                       f"memory: {plan.memory}", "dry run: nothing written"])
-        return
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
+    # A run with --nproc re-runs this command under torchrun before any data is built.
+    env = None if dry_run else distributed_env(nproc, backend, dist_timeout, device, out)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
                            data_root=cfg.data_root, rotate=cfg.rotate,
                            image_size=cfg.image_size)
     cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                           overrides=overrides))
+    if env is None:
+        plan = plan_meta_train(cfg, sources, resolve_device(device), place=place)
+        show_plan(plan.cfg.to_json(), [f"parameters: {plan.parameters:,}",
+                                       f"memory: {plan.memory}", "dry run: nothing written"])
+        return
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"

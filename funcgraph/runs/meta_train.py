@@ -64,7 +64,7 @@ from .meta_plan import (
     task_size,
 )
 from .meta_train_config import (
-    DATASET_DEFAULTS,
+    KIND_DEFAULTS,
     MetaTrainConfig,
     default_algo,
     default_config,
@@ -283,7 +283,7 @@ def meta_train(
 
 
 __all__ = [
-    "DATASET_DEFAULTS",
+    "KIND_DEFAULTS",
     "MetaTrainConfig",
     "MetaTrainPlan",
     "MetaTrainResult",

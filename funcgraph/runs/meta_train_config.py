@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..checks import check_choice, check_int, check_number, check_rate, option
-from ..data.registry import check_data_root
+from ..data.registry import check_data_root, dataset_type
 from ..errors import ConfigError
 from ..meta.registry import AlgorithmType, TaskInfo, algorithm_names, algorithm_type
 from ..meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
@@ -135,20 +135,24 @@ class MetaTrainConfig:
         if self.first_order and not entry.second_order:
             raise ConfigError(f"--first-order applies to the MAML family; {self.algo} has no "
                               "second-order term to drop")
-        if self.dataset == "sinusoid":
+        regression = dataset_type(self.dataset).kind == "regression"
+        if regression:
             if "way" in self.tasks.lower():
-                raise ConfigError(f"--tasks {self.tasks}: sinusoid tasks are regression and "
-                                  "have no ways; use '<K>shot', e.g. --tasks 10shot")
+                raise ConfigError(f"--tasks {self.tasks}: {self.dataset} tasks are regression "
+                                  "and have no ways; use '<K>shot', e.g. --tasks 10shot")
             if self.rotate:
-                raise ConfigError("--rotate adds rotated image classes; sinusoid has none")
+                raise ConfigError(f"--rotate adds rotated image classes; {self.dataset} tasks "
+                                  "are regression and have none")
             if self.inner_minibatches:
-                raise ConfigError("--inner-minibatches takes one example of every class per "
-                                  "step; sinusoid tasks are regression and have no classes")
+                raise ConfigError(f"--inner-minibatches takes one example of every class per "
+                                  f"step; {self.dataset} tasks are regression and have no "
+                                  "classes")
         check_data_root(self.dataset, self.data_root)
         if self.image_size is not None:
             check_int(_WHO, "--image-size", self.image_size, minimum=8)
-            if self.dataset == "sinusoid":
-                raise ConfigError("--image-size applies to image datasets; sinusoid has none")
+            if regression:
+                raise ConfigError(f"--image-size applies to image datasets; {self.dataset} "
+                                  "tasks are regression")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,18 +195,20 @@ def task_info(cfg: MetaTrainConfig, kind: str, ways: int | None) -> TaskInfo:
     return TaskInfo(kind, ways if kind == "classification" else None, cfg.steps)
 
 
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    # The MAML paper's sinusoid setting: K = 10, inner lr 0.01, meta-batch 25, Adam 1e-3.
-    "sinusoid": {"tasks": "10shot", "inner_lr": 0.01, "meta_lr": 1e-3, "meta_batch": 25,
-                 "inner_steps_eval": 10, "train_queries": None, "inner_minibatches": False},
+KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    # Regression (sinusoid, or a user's registered regression dataset) starts from the MAML
+    # paper's sinusoid setting: K = 10, inner lr 0.01, meta-batch 25, Adam 1e-3.
+    "regression": {"tasks": "10shot", "inner_lr": 0.01, "meta_lr": 1e-3, "meta_batch": 25,
+                   "inner_steps_eval": 10, "train_queries": None, "inner_minibatches": False},
 }
+"""Run defaults per dataset kind (the registry's ``kind``), over the algorithm's own."""
 
 
 def default_algo(dataset: str) -> str:
     """The algorithm ``meta-train`` runs when none is named: prototypical networks on image
-    classification (97.5% on glyphs 5-way 1-shot in the default 500 steps, against MAML's
-    93.2%: docs/meta-learning.md), MAML on regression (sinusoid), which ProtoNet cannot do."""
-    return "maml" if dataset == "sinusoid" else "protonet"
+    classification (the recorded comparison is in docs/results/meta-learning.md), MAML on
+    regression, which ProtoNet cannot do."""
+    return "maml" if dataset_type(dataset).kind == "regression" else "protonet"
 
 
 def algorithm_defaults(algo: str) -> dict[str, Any]:
@@ -218,12 +224,13 @@ def algorithm_defaults(algo: str) -> dict[str, Any]:
 def default_config(algo: str | None = None, dataset: str = "glyphs", **given: Any
                    ) -> MetaTrainConfig:
     """The config for ``algo`` (default :func:`default_algo` of ``dataset``) on ``dataset``:
-    the class defaults, then :func:`algorithm_defaults`, then the per-dataset defaults, then
+    the class defaults, then :func:`algorithm_defaults`, then the dataset kind's defaults, then
     ``given`` (options the user set; ``None`` values are skipped). Inner-loop options given
     to an algorithm without an inner loop are refused, not ignored."""
     algo = default_algo(dataset) if algo is None else algo
     entry = algorithm_type(algo)
-    values: dict[str, Any] = {**algorithm_defaults(algo), **DATASET_DEFAULTS.get(dataset, {})}
+    kind_defaults = KIND_DEFAULTS.get(dataset_type(dataset).kind, {})
+    values: dict[str, Any] = {**algorithm_defaults(algo), **kind_defaults}
     given = {k: v for k, v in given.items() if v is not None}
     inner = ("inner_steps", "inner_steps_eval", "inner_lr")
     if not entry.inner_loop and (unused := [k for k in inner if k in given]):
@@ -234,6 +241,6 @@ def default_config(algo: str | None = None, dataset: str = "glyphs", **given: An
     return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
-__all__ = ["CONFIG_NAMES", "DATASET_DEFAULTS", "FLAGS", "META_OPTIMIZERS", "MetaTrainConfig",
+__all__ = ["CONFIG_NAMES", "FLAGS", "KIND_DEFAULTS", "META_OPTIMIZERS", "MetaTrainConfig",
            "algorithm_defaults", "algorithm_settings", "default_algo", "default_config",
            "task_info"]
