@@ -312,9 +312,9 @@ def grad_of(
 
     Both give the same numbers; outside transforms (the loop strategy) plain
     ``torch.autograd.grad`` avoids the per-op cost of functorch's wrappers, which made a looped
-    MAML step about 1.4x slower than the clone-and-adapt baseline. ``create_graph`` keeps the
-    result differentiable (second order); inside a transform that is automatic and
-    ``create_graph=False`` detaches the result instead.
+    MAML step slower than the clone-and-adapt baseline (benchmarks/meta_step.py times both).
+    ``create_graph`` keeps the result differentiable (second order); inside a transform that
+    is automatic and ``create_graph=False`` detaches the result instead.
     """
     if in_transform():
         grads = torch.func.grad(fn)(params)

@@ -257,11 +257,10 @@ register_algorithm("metasgd", settings=MamlSettings, build=f"{_MAML}:build_metas
                    summary="learned per-parameter inner rates", second_order=True, remat=True)
 register_algorithm("anil", settings=MamlSettings, build=f"{_MAML}:build_anil",
                    summary="adapts only the head", second_order=True, remat=True)
-# MAML++ (Antoniou et al. 2019), tuned on glyphs 5-way 1-shot against MAML's default run, one
-# core each (docs/meta-learning.md): 650 steps of 16 tasks with 3 queries per class (a less
-# noisy query loss per task, more updates than MAML's 500 x 32), a cosine-annealed meta
-# learning rate: 95.5-96.1% on three seeds in 0.95-0.99x MAML's CPU time, against 24 tasks
-# with one query's 94.7-95.2%.
+# MAML++ (Antoniou et al. 2019), chosen on glyphs 5-way 1-shot against MAML's default run at
+# about the same CPU time: 650 steps of 16 tasks with 3 queries per class (a less noisy query
+# loss per task, more updates than MAML's 500 x 32) and a cosine-annealed meta learning rate.
+# Recorded results: docs/results/meta-learning.md.
 register_algorithm("mamlpp", settings=MamlppSettings,
                    build="funcgraph.meta.mamlpp:build_mamlpp",
                    summary="MAML++: per-step rates and batch norm, multi-step loss",

@@ -13,12 +13,13 @@ algorithm, the argument, the expected form and the value received.
 
 This module imports no torch: the CLI reads defaults and help from it while ``--help`` runs.
 
-The defaults are the measured CPU recipes on glyphs 5-way 1-shot (docs/meta-learning.md):
+The defaults are CPU recipes chosen on glyphs 5-way 1-shot (their recorded results are in
+docs/results/meta-learning.md):
 
 * MAML: one inner step at rate 0.5 in training and three at evaluation (learn2learn's
-  Omniglot setting; a fourth evaluation step added nothing measurable).
-* MAML++: the same inner loop (two training steps cost 1.7x for +0.2 points); the MSL
-  weights anneal over 15% of the run's meta-steps, as the paper's first 15 of 100 epochs.
+  Omniglot setting).
+* MAML++: the same inner loop (a second training step costs nearly twice the CPU time); the
+  MSL weights anneal over 15% of the run's meta-steps, as the paper's first 15 of 100 epochs.
 * iMAML: five proximal steps at 0.1, ten at evaluation; lambda 1 and five conjugate-gradient
   steps to a relative residual of 1e-3 (the paper's Omniglot setting).
 * Reptile: five SGD steps at 0.1, each on one example of every class, thirty at evaluation.

@@ -98,7 +98,7 @@ def batch_norm(
         if use_batch:
             mean = x.mean(dim=dims)
             # two-pass form: same value as x.var(unbiased=False), faster on CPU in torch 2.13
-            # (4.6-9.6x forward; benchmarks/batch_norm_variance.py)
+            # (benchmarks/batch_norm_variance.py; recorded in docs/results/benchmarks.md)
             var = (x - mean.reshape(shape)).square().mean(dim=dims)
             if train and track_running_stats:
                 new_state = running_stats_update(state, mean, var, x.numel() // num_features,

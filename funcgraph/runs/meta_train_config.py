@@ -37,10 +37,9 @@ _WHO = "meta-train"
 class MetaTrainConfig:
     """Everything a meta-training run depends on (stored as the run's ``config.json``).
 
-    The run defaults are the measured CPU recipe (docs/meta-learning.md): meta-batch 32 with
-    one query per class (learn2learn's Omniglot recipe; the step is several times cheaper than
-    with 15), Adam at 3e-3, 500 steps: validation accuracy of second-order MAML on glyphs was
-    93.1% at step 250, so 500 steps clear the 90% bar with margin in about 6 minutes of CPU.
+    The run defaults are a CPU recipe (docs/meta-learning.md): meta-batch 32 with one query
+    per class (learn2learn's Omniglot recipe; one query makes the step far cheaper than 15),
+    Adam at 3e-3, 500 steps (recorded results: docs/results/meta-learning.md).
     The inner-loop fields default to MAML's settings (:class:`MamlSettings`); other
     algorithms' come from :func:`default_config`.
     """
