@@ -61,7 +61,8 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             continue
         name = f"{page.relative_to(ROOT)}:{line}"
         try:
-            exec(compile(code, name, "exec"), namespace)
+            # dont_inherit: the block runs as its own script, without this file's __future__
+            exec(compile(code, name, "exec", dont_inherit=True), namespace)
         except Exception as e:
             raise AssertionError(f"{name}: the python block starting here failed: "
                                  f"{type(e).__name__}: {e}") from e
