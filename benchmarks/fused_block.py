@@ -32,28 +32,16 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
 import funcgraph.nn.conv_norm as conv_norm
 from funcgraph import bind, random
+from funcgraph.debug import count_calls
 from funcgraph.meta import Task, maml, mean_task_grads
 from funcgraph.model import Model
 from funcgraph.models import conv4
 from funcgraph.params import Params
 
 WAYS = 5
-
-
-class _Unfolds(TorchFunctionMode):
-    """Counts ``F.unfold`` calls (the fused path's patch moments)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += func is F.unfold
-        return func(*args, **(kwargs or {}))
 
 
 def build(variant: str, dtype: torch.dtype, *, fused: bool) -> Model:
@@ -64,7 +52,7 @@ def build(variant: str, dtype: torch.dtype, *, fused: bool) -> Model:
         model = conv4(WAYS, variant=variant, dtype=dtype)
     finally:
         conv_norm.PATCH_WIDTH_RATIO = saved
-    with _Unfolds() as seen:
+    with count_calls(F.unfold) as seen:
         bind(model, {})(model.init(random.key(0))[0], torch.zeros(2, 1, 28, 28, dtype=dtype))
     if seen.count != (1 if fused else 0):
         raise RuntimeError(f"fused={fused}: the first block ran F.unfold {seen.count} times")

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import functional_call
-from torch.overrides import TorchFunctionMode
 
 from funcgraph import bind, random
+from funcgraph.debug import count_calls
 from funcgraph.errors import ConfigError
 from funcgraph.meta import (
     LR_PREFIX,
@@ -251,21 +251,9 @@ def wide_case() -> tuple[BoundApply, Params, Task, dict[str, Tensor]]:
     return bind(model, state), params, tasks, want
 
 
-class _Unfolds(TorchFunctionMode):
-    """Counts ``F.unfold`` calls: :func:`funcgraph.nn.patch_moments`, the fused path."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.count += func is F.unfold
-        return func(*args, **(kwargs or {}))
-
-
 def test_the_wide_first_block_takes_the_patch_covariance_path(wide_case: tuple) -> None:
     apply, params, tasks, _ = wide_case
-    with _Unfolds() as seen:
+    with count_calls(F.unfold) as seen:
         apply(params, tasks.support_x[0])
     assert seen.count == 1, (
         f"conv4 at hidden={WIDE}: the first block (only) should take the patch-moment path, "

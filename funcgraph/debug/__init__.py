@@ -1,9 +1,11 @@
-"""Looking inside pure functions: taps, per-op traces, the finite check, executed graphs.
+"""Looking inside pure functions: taps, per-op traces, the finite check, executed graphs,
+call counts.
 
 See ``docs/inspect.md`` for which tool works under ``vmap``/``grad``.
 """
 
 from . import render
+from .calls import count_calls
 from .graph import Graph, GraphDiff, Node, capture, diff
 from .taps import grad_tap, plain, tap
 from .trace import (
@@ -24,6 +26,7 @@ __all__ = [
     "Trace",
     "capture",
     "check_finite",
+    "count_calls",
     "diff",
     "finite_check",
     "grad_tap",
