@@ -96,6 +96,12 @@ def count(params: Mapping[str, Tensor]) -> int:
     return sum(t.numel() for t in params.values())
 
 
+def nbytes(params: Mapping[str, Tensor]) -> int:
+    """Total bytes the tensors' entries take (their dtypes' sizes), as a memory estimate
+    counts them."""
+    return sum(t.numel() * t.element_size() for t in params.values())
+
+
 def to(
     params: Mapping[str, Tensor],
     device: torch.device | str | None = None,
@@ -151,6 +157,7 @@ __all__ = [
     "count",
     "detach",
     "merge",
+    "nbytes",
     "partition",
     "select",
     "stack",

@@ -69,3 +69,10 @@ def test_stack_unstack_round_trip():
     assert stacked["w"].shape == (4, 3)
     for a, b in zip(P.unstack(stacked), ds, strict=True):
         assert P.allclose(a, b)
+
+
+def test_count_and_nbytes_follow_shapes_and_dtypes() -> None:
+    d = {"w": torch.zeros(3, 4), "b": torch.zeros(4, dtype=torch.float64),
+         "i": torch.zeros(2, dtype=torch.int8)}
+    assert P.count(d) == 12 + 4 + 2
+    assert P.nbytes(d) == 12 * 4 + 4 * 8 + 2 * 1

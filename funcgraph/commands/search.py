@@ -150,6 +150,7 @@ def search(
     """
     from .. import distributed, random
     from ..nas import BilevelConfig, SearchConfig, load_space
+    from ..params import count
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
     from ..runs.search import network_fields, plan_search
@@ -171,7 +172,7 @@ def search(
     if dry_run:
         plan = plan_search(data, cfg, device=resolve_device(device))
         params, _ = plan.model.init(random.key(seed))
-        show_plan(plan.config, [f"parameters: {sum(p.numel() for p in params.values()):,} "
+        show_plan(plan.config, [f"parameters: {count(params):,} "
                                 "(supernet, architecture included)",
                                 f"steps: {plan.total} ({plan.per_epoch} per epoch)",
                                 "dry run: nothing written"])

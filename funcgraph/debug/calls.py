@@ -30,7 +30,7 @@ class count_calls(TorchFunctionMode):  # noqa: N801 - used as a function, in ``w
         self.func = func
         self.count = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         self.count += func is self.func
         return func(*args, **(kwargs or {}))
 

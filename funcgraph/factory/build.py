@@ -30,7 +30,7 @@ import torch
 from .. import nn
 from ..errors import ConfigError, FuncgraphError
 from ..model import Model
-from ..params import Params, State, add_prefix
+from ..params import Params, State, add_prefix, count
 from .config import (
     MAX_LAYERS,
     TOO_MANY_LAYERS,
@@ -95,10 +95,6 @@ def shape_of(value: Any) -> Any:
     return value
 
 
-def _count(params: Params) -> int:
-    return sum(t.numel() for t in params.values())
-
-
 def _first_line(e: BaseException, layer: str) -> str:
     """An exception from a layer in one line; the class name only where it adds meaning
     (a ValueError or a funcgraph error from a layer is its way of saying "bad argument")."""
@@ -161,7 +157,7 @@ class _Builder:
             model = with_init(model, self.variables.resolve(spec["init"], at(path, "init")),
                               at(path, "init"), meta_params)
         y = self.output(layer, model, kwargs, outputs, x, path, meta)
-        self.rows[row] = LayerRow(module, kind, depth, shape_of(y), _count(meta_params), path)
+        self.rows[row] = LayerRow(module, kind, depth, shape_of(y), count(meta_params), path)
         self.shapes[module] = shape_of(y)
         return model, y, meta_params
 
@@ -357,7 +353,7 @@ def build(
     model = dataclasses.replace(model, meta={**model.meta, "config": config,
                                              "input_shape": shape})
     rows = tuple(r for r in builder.rows if r is not None)
-    return Built(model, rows, shape, shape_of(y), _count(params))
+    return Built(model, rows, shape, shape_of(y), count(params))
 
 
 def _input_shape(config: Mapping[str, Any], variables: Variables,

@@ -21,7 +21,7 @@ from ..meta.evaluate import TaskSampler
 from ..meta.learner import MetaLearner
 from ..meta.strategy import examples_per_task, resolve_strategy
 from ..model import Model, bind
-from ..params import Params, count
+from ..params import Params, count, nbytes
 from ..placement import placed_model
 from ..random import Key
 from .memory import (
@@ -186,7 +186,7 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
         cfg.strategy, device, examples_per_task=task_size(sources.train))
     live = cfg.meta_batch if strategy == "vmap" else (
         torch.get_num_threads() if strategy == "threads" else 1)
-    state_bytes = 4 * sum(p.numel() * p.element_size() for p in meta_params.values())
+    state_bytes = 4 * nbytes(meta_params)
     memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
                             available_bytes(device),
                             f"{min(live, cfg.meta_batch)} task graph(s) of "

@@ -23,7 +23,7 @@ from ..data.registry import dataset_type
 from ..errors import ConfigError
 from ..factory.config import parse_value
 from ..model import Model
-from ..params import Params, State, to
+from ..params import Params, State, count, nbytes, to
 from ..placement import placed_model
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
@@ -221,7 +221,7 @@ class TrainPlan:
 
     @property
     def parameters(self) -> int:
-        return sum(p.numel() for p in self.params.values())
+        return count(self.params)
 
 
 def plan_fit(cfg: TrainConfig, device: torch.device, *, place: str | None = None) -> TrainPlan:
@@ -249,7 +249,7 @@ def plan_fit(cfg: TrainConfig, device: torch.device, *, place: str | None = None
         raise ConfigError(f"model: outputs {outputs} classes but the data has {num_classes}; "
                           "set the model's number of classes (e.g. --set num_classes=...)")
     per_example = forward / max(int(logits_of(y).shape[0]), 1)
-    state_bytes = 4 * sum(p.numel() * p.element_size() for p in params.values())
+    state_bytes = 4 * nbytes(params)
     memory = MemoryEstimate(int(state_bytes + 3 * per_example * cfg.batch_size),
                             available_bytes(device),
                             f"3x the forward tensors of {cfg.batch_size} examples, params and "
