@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from records import RESULTS, append, json_lines, make_record
+from records import RESULTS, append, commit, json_lines, make_record
 
 TEST_LINE = re.compile(
     r"^test \((?P<checkpoint>\w+) checkpoint, (?P<tasks>[^)]+)\): (?P<metric>\w+) "
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if not re.fullmatch(r"[\w.-]+", args.name):
         parser.error(f"--name must be letters, digits, '.', '_' or '-', got {args.name!r}")
 
+    code_at_start = commit()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"record_run: the command exited {code}; nothing recorded", file=sys.stderr)
         return code
     text = "".join(lines)
-    record = make_record(args.name, shlex.join(command), figures_of(text, wall, cpu), wall)
+    record = make_record(args.name, shlex.join(command), figures_of(text, wall, cpu), wall,
+                         code_at_start)
     path = append(record, args.results)
     print(f"record_run: recorded in {path}", file=sys.stderr)
     print(json.dumps({"recorded": str(path), "figures": len(record["figures"])}),

@@ -97,13 +97,15 @@ def with_environment(command: str) -> str:
 
 
 def make_record(name: str, command: str, figures: list[dict[str, Any]],
-                seconds: float) -> dict[str, Any]:
+                seconds: float, code: tuple[str, bool] | None = None) -> dict[str, Any]:
     """The record of ``figures`` measured by ``command`` just now, on this interpreter (the
-    thread and device variables set in the environment are written before the command)."""
+    thread and device variables set in the environment are written before the command).
+    ``code`` is :func:`commit` taken when the measurement started (default: now), so that a
+    commit made while a long command runs is not credited with its figures."""
     import torch
 
     command = with_environment(command)
-    head, dirty = commit()
+    head, dirty = commit() if code is None else code
     return {"name": name, "command": command, "commit": head, "dirty": dirty,
             "torch": torch.__version__, "python": platform.python_version(),
             "machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -164,7 +166,7 @@ def recorded(name: str, results: Path = RESULTS) -> Callable[[Callable[..., Any]
             with contextlib.suppress(ValueError):
                 script = script.resolve().relative_to(ROOT)
             command = shlex.join(["python", str(script), *args])
-            started = time.perf_counter()
+            code, started = commit(), time.perf_counter()
             with capture_stdout() as out:
                 if argv is None:
                     sys.argv[1:] = args
@@ -172,7 +174,7 @@ def recorded(name: str, results: Path = RESULTS) -> Callable[[Callable[..., Any]
                 else:
                     value = main(args)
             record = make_record(name, command, json_lines(out.getvalue()),
-                                 time.perf_counter() - started)
+                                 time.perf_counter() - started, code)
             print(f"recorded in {append(record, results)}", file=sys.stderr)
             return value
 
