@@ -49,7 +49,8 @@ from funcgraph.nas.cell import preprocess
 from funcgraph.params import Params, partition, select
 from funcgraph.runs import run_search
 from funcgraph.runs import search as search_module
-from funcgraph.runs.search import _stable_for, plan_search
+from funcgraph.runs.search import _stable_for
+from funcgraph.runs.search_plan import plan_search
 from funcgraph.train import Groups, Run, cosine_lr
 from funcgraph.train.optim import Optimizer
 

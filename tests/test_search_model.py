@@ -34,9 +34,8 @@ from funcgraph.nas import (
     select_by_perturbation,
 )
 from funcgraph.nas.cell import output_nodes
-from funcgraph.runs import run_search
-from funcgraph.runs import search as search_module
-from funcgraph.runs.search import network_fields
+from funcgraph.runs import run_search, search_plan
+from funcgraph.runs.search_plan import network_fields
 from funcgraph.train import Run
 
 NETWORK = """\
@@ -309,7 +308,7 @@ def test_without_model_the_search_is_the_default_one(tmp_path: Path, default_run
                      "arch_init_scale = 1e-3 }\n")
     assert SearchConfig(**network_fields(str(spelled))) == defaults
 
-    monkeypatch.setattr(search_module, "build_search_model", _todays_model)
+    monkeypatch.setattr(search_plan, "build_search_model", _todays_model)
     before = run_search(tmp_path / "before", _data(), CFG, show_progress=False)
     assert Genotype.load(default_run / "genotype.json") == before.genotype
     a, b = Run.open(default_run).load("last")[0], Run.open(tmp_path / "before").load("last")[0]

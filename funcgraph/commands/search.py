@@ -153,7 +153,7 @@ def search(
     from ..params import count
     from ..placement import resolve_device
     from ..runs import glyph_halves, run_search
-    from ..runs.search import network_fields, plan_search
+    from ..runs.search_plan import network_fields, plan_search
 
     start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
               out=out)

@@ -2,11 +2,12 @@
 
 One module per command back end: :mod:`~funcgraph.runs.meta_train` (``meta-train``),
 :mod:`~funcgraph.runs.evaluate` (``evaluate``), :mod:`~funcgraph.runs.train` (``train``),
-:mod:`~funcgraph.runs.search` (``search``), :mod:`~funcgraph.runs.export` (``export`` of a
-run) and :mod:`~funcgraph.runs.graph` (``graph``), all resolving their models through the one
-resolver, :func:`resolve_model`. Each run validates its options, data and model before its run
-directory is written (``graph`` writes none: it returns the captured graph). The library
-below knows nothing of this floor; the CLI above only parses options and renders results.
+:mod:`~funcgraph.runs.search` (``search``, planned by :mod:`~funcgraph.runs.search_plan`),
+:mod:`~funcgraph.runs.export` (``export`` of a run) and :mod:`~funcgraph.runs.graph`
+(``graph``), all resolving their models through the one resolver, :func:`resolve_model`. Each
+run validates its options, data and model before its run directory is written (``graph`` writes
+none: it returns the captured graph). The library below knows nothing of this floor; the CLI
+above only parses options and renders results.
 """
 
 from .evaluate import evaluate_run
@@ -20,7 +21,8 @@ from .meta_train import (
     meta_train,
 )
 from .resolve import ModelSpec, resolve_model, with_overrides
-from .search import SearchResult, glyph_halves, run_search
+from .search import SearchResult, run_search
+from .search_plan import glyph_halves
 from .task_sources import TaskSources, task_sources
 from .train import FitResult, TrainConfig, fit, train_config
 
