@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["nn", "models", "meta", "nas", "data", "train", "factory", "testing", "debug"]
+PACKAGES = ["nn", "models", "meta", "nas", "data", "train", "factory", "testing", "debug",
+            "export"]
 
 
 @pytest.fixture(scope="module")

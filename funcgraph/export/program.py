@@ -1,50 +1,27 @@
-"""Ship a model to plain PyTorch: ``torch.export`` programs saved as ``.pt2`` (and ONNX).
+"""Export a Model: a ``torch.export`` program with its params and state baked in, or ONNX.
 
-:func:`export` wraps ``(model, params, state)`` in a small ``nn.Module`` whose parameters and
-buffers carry the exact funcgraph names (``layer1.0.conv1.weight``), runs the model in eval
-mode (``train=False``, no key) and exports it. The artifact needs nothing from funcgraph:
-
-    ep = torch.export.load("model.pt2")
-    y = ep.module()(x)
-
-Data-dependent branches written with ``torch.cond`` (or :func:`funcgraph.control.cond`, which
-lowers to it while exporting) stay branches in the program; a plain Python ``if`` on a tensor
-value cannot be exported and raises :class:`ExportError` saying so. With
-``dynamic_batch=True`` (default) dim 0 of every input is symbolic, so any batch size runs.
-
-An input the program was not traced for is reported in one of two ways:
-
-* :func:`load` (funcgraph installed) returns a :class:`CheckedModule` that checks every input
-  against the program's input specs first (count, tensor, rank, each static dim, dtype) and
-  raises :class:`ExportError` naming the artifact, the input, the expected shape and dtype
-  and what it got: ``model.pt2: input 0 (batch, 1, 28, 28) float32: dim 1 must be 1, got 3
-  (shape (8, 3, 28, 28))``. :func:`save` records the same specs in ``funcgraph.json``.
-* ``torch.export.load(path).module()`` (no funcgraph) has only torch's own checks, which
-  graphs cannot extend with messages: a wrong static dim fails a guard
-  (``Guard failed: inputs_0.size()[1] == 1``), a wrong rank fails inside the guard code
-  (``IndexError: tuple index out of range``, or a guard on a dim that exists). For the dtype the
-  program carries an ``aten._assert_tensor_metadata`` check, so a float64 input reads
-  ``Tensor dtype mismatch! Expected: Float, Got: double`` rather than failing inside the first
-  layer.
+:func:`export` wraps ``(model, params, state)`` in :class:`ExportWrapper`, an ``nn.Module``
+whose parameters and buffers carry the exact funcgraph names, runs the model in eval mode and
+traces it. Before tracing, :func:`batch_coupling` checks that each sample's output is its own
+(an exported model is usually fed one sample or any batch); a failed trace is reported in one
+line naming the likely fix. :func:`export_onnx` converts the same program to ONNX. Saving and
+loading the ``.pt2`` file is :mod:`funcgraph.export.artifact`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .errors import ExportError
-from .model import Model
-from .params import Params, State
-
-METADATA_FILE = "funcgraph.json"
+from ..errors import ExportError
+from ..model import Model
+from ..params import Params, State
+from .artifact import save
 
 
 class ExportWrapper(nn.Module):
@@ -224,165 +201,6 @@ def _export_failure(name: str, error: Exception) -> str:
     return f"export of {name!r} failed: {summary}"
 
 
-def save(
-    program: torch.export.ExportedProgram,
-    path: str | Path,
-    *,
-    model: Model | None = None,
-    example_inputs: Sequence[Tensor] = (),
-    dynamic_batch: bool = True,
-    per_sample: bool | None = None,
-) -> Path:
-    """``torch.export.save`` plus a ``funcgraph.json`` extra file describing the artifact: the
-    model name, the traced input shapes, the input specs (``"inputs"``: per input its
-    ``shape``, ``null`` where a dim is dynamic, and ``dtype``), whether each sample's output
-    was checked to be its own (``per_sample``: ``null`` when unchecked) and the versions."""
-    import funcgraph
-
-    meta = {
-        "model": None if model is None else model.name,
-        "input_shapes": [list(t.shape) for t in example_inputs],
-        "inputs": [{"shape": list(spec.shape), "dtype": _dtype_name(spec.dtype)}
-                   for spec in input_specs(program)],
-        "dynamic_batch": dynamic_batch,
-        "per_sample": per_sample,
-        "funcgraph": funcgraph.__version__,
-        "torch": torch.__version__,
-    }
-    out = Path(path)
-    if out.is_dir():
-        raise ExportError(f"save: path {out} is a directory; name a file, e.g. "
-                          f"{out / 'model.pt2'}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.export.save(program, str(out), extra_files={METADATA_FILE: json.dumps(meta)})
-    return out
-
-
-def _load(path: str | Path) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """The program saved at ``path`` and its ``funcgraph.json`` record (``{}`` if absent)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ExportError(f"{p}: no such exported model file")
-    extra = {METADATA_FILE: ""}
-    try:
-        program = torch.export.load(str(p), extra_files=extra)
-        meta = json.loads(extra[METADATA_FILE]) if extra[METADATA_FILE] else {}
-    except Exception as e:  # a damaged or foreign file: torch and json raise many types
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ExportError(f"{p}: not a saved torch.export program: {first}") from None
-    return program, dict(meta)
-
-
-def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The ``funcgraph.json`` record saved with an artifact (``{}`` if absent)."""
-    return _load(path)[1]
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What one input of an exported program must be: a tensor of ``dtype`` with
-    ``len(shape)`` dims, each equal to ``shape``'s entry where that is an int (``None``: a
-    dynamic dim, such as the batch)."""
-
-    shape: tuple[int | None, ...]
-    dtype: torch.dtype
-
-    def describe(self) -> str:
-        """``(batch, 1, 28, 28) float32``: dynamic dims are ``batch`` (dim 0) or ``?``."""
-        dims = ["batch" if d is None and i == 0 else "?" if d is None else str(d)
-                for i, d in enumerate(self.shape)]
-        return f"({', '.join(dims)}{',' * (len(dims) == 1)}) {_dtype_name(self.dtype)}"
-
-    def problem(self, x: Any) -> str | None:
-        """Why ``x`` cannot be this input (the first reason), or None when it can."""
-        if not isinstance(x, Tensor):
-            return f"expected a tensor, got {type(x).__name__}"
-        got = tuple(x.shape)
-        if x.dim() != len(self.shape):
-            return f"expected {len(self.shape)} dims, got {x.dim()} (shape {got})"
-        for i, (want, size) in enumerate(zip(self.shape, got, strict=True)):
-            if want is not None and want != size:
-                return f"dim {i} must be {want}, got {size} (shape {got})"
-        if x.dtype != self.dtype:
-            name = _dtype_name(self.dtype)
-            return (f"expected dtype {name}, got {_dtype_name(x.dtype)} "
-                    f"(convert with x.to(torch.{name}))")
-        return None
-
-
-def input_specs(program: torch.export.ExportedProgram) -> tuple[InputSpec, ...]:
-    """The spec of each user input of ``program``, read from its graph's placeholders.
-
-    Raises:
-        ExportError: an input is not a tensor (not a program :func:`export` writes).
-    """
-    user = program.graph_signature.user_inputs
-    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
-    specs = []
-    for i, name in enumerate(user):
-        val = values.get(name)
-        if not isinstance(val, Tensor):
-            raise ExportError(f"input {i} ({name}) of the program is not a tensor; only "
-                              "programs of tensor inputs have input specs")
-        specs.append(InputSpec(tuple(d if isinstance(d, int) else None for d in val.shape),
-                               val.dtype))
-    return tuple(specs)
-
-
-class CheckedModule(nn.Module):
-    """An exported program's module that checks its inputs before running (see :func:`load`).
-
-    Attributes:
-        module: the program's own module, what ``torch.export.load(path).module()`` gives.
-        program: the ``ExportedProgram``.
-        inputs: one :class:`InputSpec` per input.
-        metadata: the artifact's ``funcgraph.json`` record (``{}`` if absent).
-        source: where the program was loaded from, for messages.
-    """
-
-    def __init__(self, program: torch.export.ExportedProgram, source: str,
-                 metadata: Mapping[str, Any]) -> None:
-        super().__init__()
-        self.module = program.module()
-        self.program = program
-        self.inputs = input_specs(program)
-        self.metadata = dict(metadata)
-        self.source = source
-
-    def check(self, inputs: Sequence[Any]) -> None:
-        """Raise :class:`ExportError` unless ``inputs`` fit :attr:`inputs`."""
-        if len(inputs) != len(self.inputs):
-            want = ", ".join(spec.describe() for spec in self.inputs)
-            raise ExportError(f"{self.source}: expected {len(self.inputs)} input(s) [{want}], "
-                              f"got {len(inputs)}")
-        for i, (spec, x) in enumerate(zip(self.inputs, inputs, strict=True)):
-            problem = spec.problem(x)
-            if problem is not None:
-                raise ExportError(f"{self.source}: input {i} {spec.describe()}: {problem}")
-
-    def forward(self, *inputs: Any) -> Any:
-        self.check(inputs)
-        return self.module(*inputs)
-
-
-def load(path: str | Path) -> CheckedModule:
-    """The artifact saved at ``path`` as a module whose wrong inputs raise :class:`ExportError`
-    with the expected and received shape and dtype (see the module docstring for what
-    ``torch.export.load(path).module()`` says instead).
-
-    Example: ``load("model.pt2")(x)``.
-
-    Raises:
-        ExportError: the file is missing or not a saved program.
-    """
-    program, meta = _load(path)
-    return CheckedModule(program, str(path), meta)
-
-
 def onnx_available() -> bool:
     """Whether ``onnx`` and ``onnxscript`` (needed by torch's ONNX exporter) are importable."""
     return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxscript"))
@@ -433,17 +251,10 @@ def onnx_files(path: str | Path) -> list[Path]:
 
 
 __all__ = [
-    "METADATA_FILE",
-    "CheckedModule",
     "ExportWrapper",
-    "InputSpec",
     "batch_coupling",
     "export",
     "export_onnx",
-    "input_specs",
-    "load",
     "onnx_available",
     "onnx_files",
-    "read_metadata",
-    "save",
 ]
