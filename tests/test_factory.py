@@ -26,7 +26,8 @@ from funcgraph.factory import (
     register_layer,
 )
 from funcgraph.factory.expr import ExprError, evaluate_in
-from funcgraph.factory.registry import LayerType, describe_params, entry_points
+from funcgraph.factory.layer_type import LayerType, describe_params
+from funcgraph.factory.registry import entry_points
 from funcgraph.factory.values import coerce
 from funcgraph.model import Model
 

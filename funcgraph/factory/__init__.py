@@ -7,11 +7,13 @@ registry (:func:`register_layer`, the ``funcgraph.layers`` entry points), refere
 """
 
 from .build import Built, LayerRow, build, shape_of
+from .builtin_layers import channel_dim, last_dim
 from .config import apply_overrides, load_config, parse_overrides, shipped_configs
 from .inits import INITIALIZERS, with_init
+from .layer_type import LayerType, Slot
 from .load import check_model, load_model, resolve_source
 from .meta_tensors import meta_init
-from .registry import REGISTRY, LayerType, Registry, Slot, channel_dim, last_dim, register_layer
+from .registry import REGISTRY, Registry, register_layer
 
 __all__ = [
     "INITIALIZERS",

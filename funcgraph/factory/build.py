@@ -44,8 +44,9 @@ from .config import (
     suggest,
 )
 from .inits import with_init
+from .layer_type import LayerType, Slot
 from .meta_tensors import MAX_NUMEL, meta_init
-from .registry import REGISTRY, LayerType, Registry, Slot
+from .registry import REGISTRY, Registry
 from .values import check_params, coerce
 
 _NODE_KEYS = ("type", "name", "params", "init")
