@@ -14,8 +14,10 @@ JAX's default ``threefry2x32`` implementation, so keys match JAX's bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor
@@ -115,12 +117,16 @@ def split(key: Key, n: int = 2) -> Tensor:
     key = check_key("random.split", key)
     if n < 1:  # not check_int: under torch.compile with dynamic shapes n may be a SymInt
         raise ConfigError(f"random.split: n must be an int >= 1, got {n!r}")
+    if _SHAPES_ONLY.get():
+        return key.new_zeros((n, 2))
     return _hash_counts(key, 2 * n).reshape(n, 2)
 
 
 def fold_in(key: Key, data: int | Tensor) -> Key:
     """A new key that mixes an integer (step number, rank, layer index) into ``key``."""
     key = check_key("random.fold_in", key)
+    if _SHAPES_ONLY.get():
+        return key.new_zeros(2)
     d = torch.as_tensor(data, dtype=torch.int64, device=key.device)
     hi = (d >> 32) & _MASK
     lo = d & _MASK
@@ -128,10 +134,28 @@ def fold_in(key: Key, data: int | Tensor) -> Key:
     return torch.cat([y0, y1])
 
 
+_SHAPES_ONLY: ContextVar[bool] = ContextVar("funcgraph_random_shapes_only", default=False)
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Inside the block, draws are meta tensors of the right shape and dtype, with no values,
+    and split or folded keys are zeros: what counting or shaping a model's parameters needs
+    (:func:`funcgraph.factory.meta_init`), without the Threefry hash's dozens of ops per draw
+    and key. Nothing drawn inside means anything as a number."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
 def bits(key: Key, shape: Sequence[int]) -> Tensor:
     """Uniform random 32-bit words as int64 in ``[0, 2**32)``, of the given shape."""
     key = check_key("random.bits", key)
     shape = tuple(int(s) for s in shape)
+    if _SHAPES_ONLY.get():
+        return torch.empty(shape, dtype=torch.int64, device="meta")
     n = math.prod(shape)
     return _hash_counts(key, n).reshape(shape)
 
@@ -151,6 +175,8 @@ def uniform(
     key = check_key("random.uniform", key)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     shape = tuple(int(s) for s in shape)
+    if _SHAPES_ONLY.get():
+        return torch.empty(shape, dtype=dtype, device="meta")
     if dtype == torch.float64:
         words = bits(key, (2, *shape))
         mantissa = (words[0] >> 5) * (1 << 26) + (words[1] >> 6)  # 53 bits
@@ -169,6 +195,8 @@ def normal(
     """
     key = check_key("random.normal", key)
     dtype = torch.get_default_dtype() if dtype is None else dtype
+    if _SHAPES_ONLY.get():
+        return torch.empty(tuple(int(s) for s in shape), dtype=dtype, device="meta")
     work = torch.float64 if dtype == torch.float64 else torch.float32
     tiny = 2.0**-53 if work == torch.float64 else 2.0**-24
     u = uniform(key, shape, dtype=work, low=-1.0 + tiny, high=1.0)
@@ -214,6 +242,7 @@ __all__ = [
     "key",
     "normal",
     "permutation",
+    "shapes_only",
     "randint",
     "split",
     "threefry2x32",

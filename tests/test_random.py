@@ -177,3 +177,30 @@ def test_uniform_in_unit_interval_for_any_seed(seed, n):
     u = random.uniform(random.key(seed), (n,))
     assert u.shape == (n,)
     assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
+
+
+def test_shapes_only_draws_shapes_and_dtypes_without_values_and_only_inside() -> None:
+    k = random.key(3)
+    before = random.uniform(k, (2, 3))
+    with random.shapes_only():
+        u = random.uniform(k, (2, 3), dtype=torch.float64)
+        n = random.normal(k, (4,))
+        b = random.bits(k, (5,))
+        keys = random.split(k, 3)
+        folded = random.fold_in(k, 7)
+    assert (u.device.type, u.shape, u.dtype) == ("meta", (2, 3), torch.float64)
+    assert (n.device.type, n.shape, n.dtype) == ("meta", (4,), torch.get_default_dtype())
+    assert (b.device.type, b.shape, b.dtype) == ("meta", (5,), torch.int64)
+    assert keys.shape == (3, 2) and folded.shape == (2,) and keys.device.type == "cpu"
+    assert torch.equal(random.uniform(k, (2, 3)), before), "the switch outlived its block"
+
+
+def test_a_model_shaped_under_shapes_only_matches_its_real_init() -> None:
+    from funcgraph.models import conv4
+
+    model = conv4(5, image_size=16)
+    real, _ = model.init(random.key(0))
+    with random.shapes_only():
+        shaped, _ = model.init(random.key(0))
+    assert {n: (t.shape, t.dtype) for n, t in shaped.items()} == {
+        n: (t.shape, t.dtype) for n, t in real.items()}

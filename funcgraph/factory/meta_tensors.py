@@ -1,18 +1,17 @@
 """Parameters as meta tensors, quickly: what shape inference and parameter counts run on.
 
 Only names, shapes and dtypes matter, but a layer's ``init`` draws random numbers, and
-Threefry is dozens of integer ops per draw; on meta tensors each op goes through torch's
-Python reference kernels. So the key stays on the CPU and small tensors really are created
-there, while every tensor of more than ``BIG_DRAW`` elements is created on meta, whatever
-device its call asks for: the counters of large draws and the constants a layer or an init
-spec makes (a norm's ones, ``"bias": "zeros"``) alike. That keeps time and memory bounded for
-any size: checking a model with a 10**12-wide layer allocates nothing for it, and a
+Threefry is dozens of integer ops per draw and per split key; on meta tensors each op goes
+through torch's Python reference kernels. So :func:`meta_init` runs ``init`` under
+:func:`funcgraph.random.shapes_only`: every draw is one meta tensor of its shape and dtype and
+keys are not hashed. The constants a layer or an init spec makes (a norm's ones, ``"bias":
+"zeros"``) are created on the CPU when small, and on meta when they have more than
+``BIG_DRAW`` elements, whatever device their call asks for. That keeps time and memory bounded
+for any size: checking a model with a 10**12-wide layer allocates nothing for it, and a
 100000 x 100000 weight is a handful of meta ops. Setting torch's default device to meta would
 also catch the small constants, but its per-op dispatch costs more than they do, so only the
-checks that run one initialiser (:func:`meta_draws`) use it. Measured with
-``benchmarks/factory_meta_init.py`` (CPU seconds, median of 3, one thread): ResNet-20 1.40 s
-with the key on meta, 0.11 s with a CPU key and meta default device, 0.08 s here (17x); the
-DARTS supernet (C=2, 3 cells) 32.7 / 2.5 / 1.6 s.
+checks that run one initialiser (:func:`meta_draws`) use it. ``benchmarks/factory_meta_init.py``
+times the ways (recorded in docs/results/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
 
-BIG_DRAW = 2**17  # the crossover: one draw of 2**16 elements is 4 ms real, 17 ms on meta;
-# of 2**18, 30 ms real and 16 ms on meta (one thread), so bigger ones are cheaper on meta
+BIG_DRAW = 2**17  # above this, filling a real tensor costs more than a meta op's dispatch
 MAX_NUMEL = 2**63 - 1  # what a tensor's element count (an int64) can hold
 _SIZED = (torch.zeros, torch.ones, torch.empty, torch.full, torch.rand, torch.randn)
 
@@ -87,7 +85,7 @@ def meta_draws() -> Iterator[random.Key]:
 
 
 def _init_cheaply(model: Model) -> tuple[Params, State]:
-    with _BigOnMeta():
+    with _BigOnMeta(), random.shapes_only():
         return model.init(random.key(0))
 
 
