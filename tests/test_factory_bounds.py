@@ -260,3 +260,17 @@ def test_a_200_deep_config_is_refused_before_it_is_walked(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, ["model", "check", str(path)])
     assert result.exit_code == 2 and "nests deeper than" in result.output, result.output
     assert "Traceback" not in result.output, result.output
+
+
+def test_a_placed_model_is_shaped_on_meta_like_the_model_itself() -> None:
+    """A placed model's init moves every tensor to its device; shaping it keeps them on meta
+    (with the move's dtype), so its size is checked as the unplaced model's."""
+    from funcgraph.factory.meta_tensors import meta_init
+    from funcgraph.models import mlp
+    from funcgraph.placement import placed_model
+
+    model = mlp(3, 2, hidden=[600, 600])  # a 360,000-entry weight: made on meta
+    params, _ = meta_init(placed_model(model, "*=cpu"))
+    want, _ = meta_init(model)
+    assert {n: (t.device.type, t.shape, t.dtype) for n, t in params.items()} == {
+        n: ("meta", t.shape, t.dtype) for n, t in want.items()}

@@ -32,6 +32,7 @@ from ..params import Params, State
 BIG_DRAW = 2**17  # above this, filling a real tensor costs more than a meta op's dispatch
 MAX_NUMEL = 2**63 - 1  # what a tensor's element count (an int64) can hold
 _SIZED = (torch.zeros, torch.ones, torch.empty, torch.full, torch.rand, torch.randn)
+_MOVES = (torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda)
 
 
 def _numel(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> int:
@@ -61,11 +62,18 @@ def _numel(func: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
 class _BigOnMeta(TorchFunctionMode):
     """Create tensors of more than ``BIG_DRAW`` elements on meta (``torch.zeros``, ``ones``,
     ``empty``, ``full``, ``rand``, ``randn``, ``eye``, ``arange``), whatever device the call
-    names; a size no tensor can have is a ConfigError rather than torch's overflow."""
+    names, and keep a meta tensor on meta when it is moved (a placed model's ``init`` moves
+    each tensor to its device; only the dtype of the move is kept); a size no tensor can have
+    is a ConfigError rather than torch's overflow."""
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
+        if func in _MOVES and args and getattr(args[0], "is_meta", False):
+            if func is not torch.Tensor.to:
+                return args[0]
+            _, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
+            return args[0] if dtype is None else args[0].to(dtype=dtype)
         numel = _numel(func, args, kwargs)
         if numel > MAX_NUMEL:
             count = f"{numel:.3g}" if numel < 10**300 else f"about 2**{numel.bit_length() - 1}"
