@@ -10,22 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import invoke
 
-from funcgraph.cli import app
 from funcgraph.errors import CheckpointError
 from funcgraph.train.checkpoint import check_sidecar
 
 SINE = ["meta-train", "--dataset", "sinusoid", "--steps", "2", "--meta-batch", "2",
         "--episodes", "2", "--val-episodes", "2", "--validate-every", "1", "--device", "cpu"]
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"{args} raised {result.exception!r}")
-    return result.exit_code, result.output
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
+from cli_helpers import invoke
 
 from funcgraph import nn as fnn
 from funcgraph import random
-from funcgraph.cli import app
 from funcgraph.errors import ExportError
 from funcgraph.export import batch_coupling, export, read_metadata
 from funcgraph.models import conv4
@@ -28,14 +27,6 @@ def running_stats_net() -> fnn.Model:
         "conv": fnn.conv2d(1, 3, 3, padding=1), "bn": fnn.batch_norm(3), "act": fnn.relu(),
         "pool": fnn.adaptive_avg_pool2d(1), "flat": fnn.flatten(), "fc": fnn.linear(3, 2),
     })
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        f"{args} raised {result.exception!r}")
-    return result.exit_code, result.output
 
 
 def error_line(output: str) -> str:

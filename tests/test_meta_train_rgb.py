@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_ok as invoke
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -15,12 +16,6 @@ from funcgraph.cli import app
 
 TINY = ["--steps", "2", "--meta-batch", "2", "--episodes", "4", "--val-episodes", "2",
         "--validate-every", "2", "--device", "cpu"]
-
-
-def invoke(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, f"{args}: exit {result.exit_code}\n{result.output}"
-    return result.output
 
 
 def write_folder(root: Path, classes: int = 6, per_class: int = 4) -> None:

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_ok as invoke
 from typer.testing import CliRunner
 
 from funcgraph.cli import app
@@ -17,12 +18,6 @@ from funcgraph.cli import app
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SINE = ["meta-train", "--dataset", "sinusoid", "--meta-batch", "2", "--episodes", "2",
         "--val-episodes", "2", "--validate-every", "2", "--device", "cpu"]
-
-
-def invoke(*args: str) -> str:
-    result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, f"{args}: exit {result.exit_code}\n{result.output}"
-    return result.output
 
 
 @pytest.fixture(scope="module")
