@@ -156,3 +156,19 @@ def test_a_search_past_the_default_scale_is_counted_and_refused(little_memory: N
     assert "24,576 example forwards" in line and "lower -C, --layers" in line, line
     result = CliRunner().invoke(app, ["search", "--dry-run", "--steps", "1", "--device", "cpu"])
     assert result.exit_code == 0, result.output  # the default scale is not counted at all
+
+
+def test_the_plan_counts_the_meta_batchs_data() -> None:
+    """With one task graph alive at a time (the loop strategy), doubling the meta-batch adds
+    exactly the new tasks' data to the estimate, and the line says how much data it counts."""
+    from funcgraph.runs import task_sources
+    from funcgraph.runs.meta_plan import plan_meta_train, task_bytes
+    from funcgraph.runs.meta_train_config import default_config
+
+    sources = task_sources("sinusoid", spec="10shot")
+    plans = [plan_meta_train(default_config(dataset="sinusoid", meta_batch=n, strategy="loop"),
+                             sources, torch.device("cpu")) for n in (4, 8)]
+    one_task = task_bytes(sources.train)
+    assert one_task == 4 * (10 + 10 + 10 + 10), "10 support and 10 query (x, y) float32 pairs"
+    assert plans[1].memory.needed - plans[0].memory.needed == 4 * one_task
+    assert "of meta-batch data" in plans[0].memory.detail, plans[0].memory.detail

@@ -154,6 +154,11 @@ def task_size(sample: TaskSampler) -> int:
     return examples_per_task(sample(random.key(0), 1))
 
 
+def task_bytes(sample: TaskSampler) -> int:
+    """Bytes of one task's data (support and query inputs and targets) from ``sample``."""
+    return sum(t.numel() * t.element_size() for t in sample(random.key(0), 1))
+
+
 @dataclass(frozen=True)
 class MetaTrainPlan:
     """A validated meta-training run, before anything is written: what ``--dry-run`` shows."""
@@ -187,14 +192,17 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     live = cfg.meta_batch if strategy == "vmap" else (
         torch.get_num_threads() if strategy == "threads" else 1)
     state_bytes = 4 * nbytes(meta_params)
-    memory = MemoryEstimate(state_bytes + min(live, cfg.meta_batch) * per_task,
+    data_bytes = cfg.meta_batch * task_bytes(sources.train)
+    memory = MemoryEstimate(state_bytes + data_bytes + min(live, cfg.meta_batch) * per_task,
                             available_bytes(device),
                             f"{min(live, cfg.meta_batch)} task graph(s) of "
-                            f"{fmt_bytes(per_task)} at once ({strategy}), params and Adam state")
+                            f"{fmt_bytes(per_task)} at once ({strategy}), "
+                            f"{fmt_bytes(data_bytes)} of meta-batch data, params and Adam "
+                            "state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
     return MetaTrainPlan(cfg, learner, meta_params, memory)
 
 
 __all__ = ["MetaTrainPlan", "RunKeys", "build_learner", "check_fit", "default_model_config",
            "init_params", "model_config", "plan_meta_train", "run_model", "running_stats_twin",
-           "task_size"]
+           "task_bytes", "task_size"]
