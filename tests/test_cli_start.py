@@ -59,3 +59,34 @@ def test_start_run_applies_threads_and_checks_in_order() -> None:
                   out=None)  # the module fails first, as it would on the command line
     with pytest.raises(typer.BadParameter, match="--resume needs --out"):
         start_run(threads=0, imports=None, tensorboard=False, resume=True, out=None)
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+                 "allocate memory: you tried to allocate 4000000000000 bytes.\nmore text"),
+    MemoryError(),
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+])
+def test_running_out_of_memory_past_the_estimate_is_one_line(
+        error: BaseException, capsys: pytest.CaptureFixture[str]) -> None:
+    from funcgraph.commands.common import user_errors
+
+    def command() -> None:
+        raise error
+
+    with pytest.raises(typer.Exit) as info:
+        user_errors(command)()
+    assert info.value.exit_code == 2
+    line = " ".join(capsys.readouterr().err.split())
+    assert line.startswith("error: out of memory: ") and "lower the batch" in line, line
+    assert "more text" not in line, "only torch's first line"
+
+
+def test_other_runtime_errors_keep_their_traceback() -> None:
+    from funcgraph.commands.common import user_errors
+
+    def command() -> None:
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        user_errors(command)()

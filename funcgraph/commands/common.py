@@ -80,12 +80,25 @@ def parse_shape(text: str, option: str = "--input-shape") -> tuple[int, ...]:
     return shape
 
 
+_OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "storage size calculation overflowed")
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is an allocation failure: a ``MemoryError``, torch's
+    ``OutOfMemoryError`` or the CPU allocator's ``RuntimeError``."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    return any(text in str(error).lower() for text in _OUT_OF_MEMORY)
+
+
 def user_errors(fn: F) -> F:
     """Turn a :class:`FuncgraphError` raised by a command into one line and exit code 2.
 
     An :class:`OSError` that reaches a command (a path too long, a disk full, a permission
     refused) is about a file the user named or the machine: it is printed the same way, with
-    the path and the system's reason. Anything else is a bug in funcgraph and keeps its
+    the path and the system's reason. Running out of memory past the estimate checked before
+    the run (torch's allocator refusing, a ``MemoryError``) is one line too, with torch's
+    first line and what to lower. Anything else is a bug in funcgraph and keeps its
     traceback. Ctrl-C exits 130 quietly (commands that train save a checkpoint before
     re-raising it).
     """
@@ -99,6 +112,12 @@ def user_errors(fn: F) -> F:
         except OSError as e:
             where = f"{e.filename}: " if e.filename else ""
             raise fail(f"{where}{e.strerror or e}") from None
+        except (MemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise fail(f"out of memory: {first}; the estimate made before the run fell short: "
+                       "lower the batch, meta-batch, model or input sizes") from None
         except KeyboardInterrupt:
             err_console.print("interrupted", highlight=False)
             sys.exit(130)
