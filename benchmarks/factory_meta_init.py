@@ -8,7 +8,8 @@ For a few reference models, times (CPU seconds, ``time.process_time``, median of
 * ``meta key``: ``model.init`` with the key and the default device on meta: every Threefry
   op runs through torch's Python meta kernels (the baseline);
 * ``meta default device``: CPU key, default device meta, large draws redirected to meta;
-* ``factory``: :func:`funcgraph.factory.meta_init` (CPU key, large draws on meta only).
+* ``factory``: :func:`funcgraph.factory.meta_init` (draws as shapes only, under
+  :func:`funcgraph.random.shapes_only`; large constants on meta).
 
 Prints a table and one JSON line per model with the ratios against the baseline.
 """
