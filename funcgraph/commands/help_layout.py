@@ -73,12 +73,13 @@ def write_help_text(command: Any, formatter: Any) -> None:
                 formatter.write_text(paragraph)
 
 
-class Command(TyperCommand):
-    """A typer command whose help is plain text outside a terminal."""
+class _PlainOutsideTerminal:
+    """Help as plain text outside a terminal (every flag in full, a section per panel), rich
+    panels in one; shared by :class:`Command` and :class:`Group`."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         if in_terminal():
-            super().format_help(ctx, formatter)
+            super().format_help(ctx, formatter)  # type: ignore[misc]
         else:
             CLICK_COMMAND.format_help(self, ctx, formatter)
 
@@ -89,21 +90,16 @@ class Command(TyperCommand):
         write_sections(self, ctx, formatter)
 
 
-class Group(TyperGroup):
+class Command(_PlainOutsideTerminal, TyperCommand):
+    """A typer command whose help is plain text outside a terminal."""
+
+
+class Group(_PlainOutsideTerminal, TyperGroup):
     """A typer group whose help is plain text outside a terminal, each command's summary
     written in full."""
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        if in_terminal():
-            super().format_help(ctx, formatter)
-        else:
-            CLICK_COMMAND.format_help(self, ctx, formatter)
-
-    def format_help_text(self, ctx: Any, formatter: Any) -> None:
-        write_help_text(self, formatter)
-
     def format_options(self, ctx: Any, formatter: Any) -> None:
-        write_sections(self, ctx, formatter)
+        super().format_options(ctx, formatter)
         rows = [(name, command.get_short_help_str(limit=10_000))
                 for name, command in self.commands.items() if not command.hidden]
         if rows:
