@@ -62,11 +62,13 @@ def machine() -> dict[str, Any]:
 
 def commit() -> tuple[str, bool]:
     """``(HEAD's hash, whether tracked files differ from it)``; ``("unknown", True)`` outside
-    a git checkout."""
+    a git checkout. The records themselves (``results/``) do not count: a run recorded after
+    another, before that one is committed, ran the same code."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", ":(exclude)results"],
                                 cwd=ROOT, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown", True
