@@ -145,3 +145,24 @@ def test_results_pages_quote_no_figure_outside_their_record_tables(
         bench: dict[str, ModuleType], page: Path) -> None:
     found = figures_outside_tables(page.read_text(), bench["results_pages"].BLOCK)
     assert not found, f"{page.name} quotes figures no record holds: {found}"
+
+
+def test_a_records_commit_is_dirty_for_code_changes_not_for_other_records(
+        bench: dict[str, ModuleType], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "x.jsonl").write_text("{}\n")
+    (tmp_path / "code.py").write_text("A = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    monkeypatch.setattr(bench["records"], "ROOT", tmp_path)
+    head, dirty = bench["records"].commit()
+    assert len(head) == 40 and not dirty
+    (tmp_path / "results" / "x.jsonl").write_text("{}\n{}\n")
+    assert bench["records"].commit() == (head, False), "an appended record is not code"
+    (tmp_path / "code.py").write_text("A = 2\n")
+    assert bench["records"].commit() == (head, True)
