@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..errors import ConfigError
 from ..factory.meta_tensors import MAX_NUMEL, meta_init
 from ..model import Model
-from ..params import Params
+from ..params import Params, nbytes
 
 T = TypeVar("T")
 
@@ -102,11 +102,6 @@ def check_memory(estimate: MemoryEstimate, advice: str) -> None:
                           f"free; {advice}")
 
 
-def tensor_bytes(tensors: Params) -> int:
-    """Bytes of a dict of tensors (meta ones included: only shapes and dtypes count)."""
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
 def meta_example(shape: Any, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Any:
     """A meta tensor of ``shape``, a tuple of ints (a tuple of such tensors for a tuple of
     shapes, one dtype each), refusing a shape whose element count no tensor can hold."""
@@ -157,7 +152,7 @@ def check_sizes(model: Model, example: Any, sizes: Sizes, device: torch.device,
         ConfigError: too big, or a tensor bigger than torch can count.
     """
     params, state = meta_init(model)
-    params_bytes = sizes.copies * tensor_bytes(params) + tensor_bytes(state)
+    params_bytes = sizes.copies * nbytes(params) + nbytes(state)
     free = available_bytes(device)
     check_memory(MemoryEstimate(  # too big already: refused before the forward is counted
         params_bytes + sizes.data, free, f"{fmt_bytes(params_bytes)} of params"
@@ -257,5 +252,4 @@ def check_search_sizes(model: Model, *, channels: int, layers: int, batch_size: 
 
 __all__ = ["SEARCH_SCALE", "MemoryEstimate", "Sizes", "allocated_bytes", "available_bytes",
            "check_fit_sizes", "check_input_sizes", "check_memory", "check_search_sizes",
-           "check_sizes", "check_task_sizes", "fmt_bytes", "forward_bytes", "meta_example",
-           "tensor_bytes"]
+           "check_sizes", "check_task_sizes", "fmt_bytes", "forward_bytes", "meta_example"]
