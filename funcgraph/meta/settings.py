@@ -18,8 +18,9 @@ docs/results/meta-learning.md):
 
 * MAML: one inner step at rate 0.5 in training and three at evaluation (learn2learn's
   Omniglot setting).
-* MAML++: the same inner loop (a second training step costs nearly twice the CPU time); the
-  MSL weights anneal over 15% of the run's meta-steps, as the paper's first 15 of 100 epochs.
+* MAML++: the same inner loop (each further training step is another differentiated pass
+  per task); the MSL weights anneal over 15% of the run's meta-steps, as the paper's first
+  15 of 100 epochs.
 * iMAML: five proximal steps at 0.1, ten at evaluation; lambda 1 and five conjugate-gradient
   steps to a relative residual of 1e-3 (the paper's Omniglot setting).
 * Reptile: five SGD steps at 0.1, each on one example of every class, thirty at evaluation.
