@@ -26,6 +26,7 @@ COMMANDS = [
     "evaluate",
     "train",
     "search",
+    "tune",
     "runs_on_disk",
     "docgen",
 ]

@@ -20,7 +20,7 @@ stochastic depth). So a resumed run ends bit-identical to an uninterrupted one o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,7 @@ class MetaTrainResult:
 
     run: Run
     params: Params
-    test: EvalResult | None  # None on ranks other than 0 of a distributed job
+    test: EvalResult | None  # None on ranks other than 0 of a distributed job, or untested
 
 
 def meta_train(
@@ -199,6 +199,8 @@ def meta_train(
     sync_every: int = 50,
     tensorboard: bool = False,
     place: str | None = None,
+    on_validation: Callable[[int, Mapping[str, float]], object] | None = None,
+    score_test: bool = True,
 ) -> MetaTrainResult:
     """Meta-train per ``cfg`` into the run directory ``out``; see the module docstring.
 
@@ -211,6 +213,12 @@ def meta_train(
             meta-trains on its slice of every meta-batch and one all-reduce averages the
             gradients; rank 0 alone validates, writes and tests. Every ``sync_every`` steps a
             checksum verifies that all ranks hold identical params.
+        on_validation: called with the step and the validation's figures after each
+            validation is logged (a settings search reports them to its pruner, which stops
+            the run by raising; the checkpoints saved so far stay).
+        score_test: score the best checkpoint on the held-out tasks at the end; a settings
+            search passes ``False`` and chooses on validation alone (``test`` is then
+            ``None``).
     """
     env = env or distributed.DistEnv()
     if env.active and cfg.strategy == "measure":
@@ -261,13 +269,20 @@ def meta_train(
             meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
             divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
         )
+        def after_validation(step: int, figures: Mapping[str, float]) -> None:
+            write_curves(run.path)
+            if on_validation is not None:
+                on_validation(step, figures)
+
         if start < cfg.steps:
             with_validation = cfg.validate_every and env.is_main
             groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
                               start_step=start, validate=validate if with_validation else None,
-                              best_value=best_value,
-                              after_validation=lambda _: write_curves(run.path))
+                              best_value=best_value, after_validation=after_validation)
         if not env.is_main:
+            return MetaTrainResult(run, groups["params"], None)
+        if not score_test:
+            write_curves(run.path)
             return MetaTrainResult(run, groups["params"], None)
         tag = "best" if run.has_checkpoint("best") else "last"
         final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]

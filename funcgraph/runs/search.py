@@ -248,7 +248,7 @@ def _run_epochs(search: _Search, start: _Progress, batch: BatchFn, config: dict[
     try:
         groups = run_loop(run, start.groups, step_fn, loop, start_step=start.step,
                           validate=search.end_of_epoch,
-                          after_validation=lambda _: write_curves(run.path))
+                          after_validation=lambda _step, _val: write_curves(run.path))
     except _Stopped as c:
         reason = c.record["kind"]
         if env.is_main:

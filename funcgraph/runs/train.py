@@ -344,7 +344,7 @@ def fit(
         if start < cfg.steps:
             groups = run_loop(run, groups, step_fn, loop, start_step=start,
                               validate=validate if env.is_main else None, best_value=best,
-                              after_validation=lambda _: write_curves(run.path))
+                              after_validation=lambda _step, _val: write_curves(run.path))
         if not env.is_main:
             return FitResult(run, groups["params"], groups["state"], {})
         final = validate(cfg.steps, groups)

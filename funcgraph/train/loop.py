@@ -77,14 +77,16 @@ def run_loop(
     start_step: int = 0,
     validate: ValidateFn | None = None,
     best_value: float | None = None,
-    after_validation: Callable[[int], object] | None = None,
+    after_validation: Callable[[int, Mapping[str, float]], object] | None = None,
 ) -> Groups:
     """Run steps ``start_step .. cfg.total_steps - 1`` and return the final groups.
 
     Checkpoint ``last`` holds the groups after ``meta["step"]`` completed steps. On Ctrl-C the
     completed steps are saved before ``KeyboardInterrupt`` propagates. ``after_validation``
-    is called with the step once a validation's record is in ``metrics.jsonl`` (the run
-    layer redraws its curves there). A loss that is not finite or exceeds
+    is called with the step and the validation's figures once its record is in
+    ``metrics.jsonl`` and a better value is saved as ``best`` (the run layer redraws its
+    curves there; a settings search reports the figures to its pruner, which may stop the
+    run by raising). A loss that is not finite or exceeds
     ``cfg.divergence_bound`` logs a ``diverged`` record and raises
     :class:`~funcgraph.errors.DivergedError`.
     """
@@ -147,8 +149,6 @@ def run_loop(
                     if cfg.write:
                         run.log({"kind": "validation", "step": done, **val})
                     progress.console.print(f"step {done}: {_fmt(val)}", highlight=False)
-                    if after_validation is not None and cfg.write:
-                        after_validation(done)
                     if cfg.best_metric is not None and cfg.best_metric in val:
                         value = val[cfg.best_metric]
                         better = best_value is None or (
@@ -157,6 +157,8 @@ def run_loop(
                         if better and not math.isnan(value):
                             best_value = value
                             save("best")
+                    if after_validation is not None and cfg.write:
+                        after_validation(done, val)
                 if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
                     save("last")
                     saved = done

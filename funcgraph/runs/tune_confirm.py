@@ -1,0 +1,138 @@
+"""``funcgraph tune confirm``: the study's best settings, unchanged, on a data set the study
+never saw, with several seeds, beside other algorithms' defaults.
+
+Tuning chooses on one data set's validation split; a setting is only worth a default if it
+holds on another. Each confirmation run is an ordinary ``meta-train`` run directory under
+``STUDY/confirm/`` (``tuned-rgb-shapes-s0``, ``protonet-rgb-shapes-s0``, ...) scored on that
+data set's held-out test tasks. A run that finished is read back, not run again, and one that
+was interrupted resumes from its checkpoint, so the same command continues a confirmation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..files import atomic_write
+from .meta_plan import model_config
+from .meta_train import meta_train
+from .meta_train_config import MetaTrainConfig, default_config
+from .task_sources import task_sources
+from .tune_report import best_trial, command_line
+from .tune_space import SearchSpace
+
+CONFIRM_DIR = "confirm"
+
+
+@dataclass(frozen=True)
+class ConfirmRun:
+    """One confirmation run and its held-out score."""
+
+    name: str  # "tuned" or the algorithm's name
+    seed: int
+    command: str
+    run_dir: Path
+    acc: float
+    ci95: float
+    cpu_s: float
+
+    def as_record(self) -> dict[str, Any]:
+        return {"confirm": self.name, "seed": self.seed, "acc": round(self.acc, 4),
+                "acc_ci95": round(self.ci95, 4), "cpu_s": round(self.cpu_s, 1),
+                "command": self.command, "run_dir": str(self.run_dir)}
+
+
+def confirm_configs(space: SearchSpace, params: dict[str, Any], dataset: str, *,
+                    image_size: int | None, seeds: list[int], against: list[str]
+                    ) -> list[tuple[str, MetaTrainConfig, dict[str, str]]]:
+    """``(name, config, model overrides)`` of every confirmation run: the tuned settings on
+    ``dataset`` and each ``against`` algorithm's defaults there, for every seed."""
+    study = {**space.study, "dataset": dataset, "image_size": image_size}
+    tuned = replace(space, study={k: v for k, v in study.items() if v is not None})
+    runs = []
+    for seed in seeds:
+        runs.append(("tuned", tuned.config(params, seed=seed), tuned.model_overrides(params)))
+        for algo in against:
+            runs.append((algo, default_config(algo, dataset, tasks=space.study.get("tasks"),
+                                              image_size=image_size, seed=seed), {}))
+    return runs
+
+
+def _test_of(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    tests = [r for line in path.read_text().splitlines() if line.strip()
+             for r in [json.loads(line)] if r.get("kind") == "test"]
+    return tests[-1] if tests else None
+
+
+def _cpu(study_dir: Path) -> dict[str, float]:
+    """CPU seconds of each confirmation run, every attempt added (``confirm/cpu.json``)."""
+    path = study_dir / CONFIRM_DIR / "cpu.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _add_cpu(study_dir: Path, name: str, seconds: float) -> None:
+    spent = _cpu(study_dir)
+    spent[name] = round(spent.get(name, 0.0) + seconds, 2)
+    (study_dir / CONFIRM_DIR).mkdir(parents=True, exist_ok=True)
+    atomic_write(study_dir / CONFIRM_DIR / "cpu.json", json.dumps(spent, indent=1).encode())
+
+
+def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
+            image_size: int | None = None, seeds: list[int], against: list[str],
+            device: str = "cpu", echo: Callable[[str], object] = print) -> list[ConfirmRun]:
+    """Run (or read back) every confirmation run; see the module docstring."""
+    best = best_trial(study)
+    if best is None:
+        raise ConfigError(f"{study_dir}: no complete trial yet; run the study first")
+    if not seeds:
+        raise ConfigError("tune confirm: --seeds needs at least one seed, e.g. 0,1,2")
+    results = []
+    for name, cfg, overrides in confirm_configs(space, best.params, dataset,
+                                                image_size=image_size, seeds=seeds,
+                                                against=against):
+        out = study_dir / CONFIRM_DIR / f"{name}-{dataset}-s{cfg.seed}"
+        command = command_line(cfg, overrides) + f" --seed {cfg.seed}" * (cfg.seed != 0)
+        done = _test_of(out)
+        if done is None:
+            sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
+                                   data_root=cfg.data_root, rotate=cfg.rotate,
+                                   image_size=cfg.image_size)
+            cfg = replace(cfg, model=model_config(cfg.algo, sources, overrides=overrides))
+            started = time.process_time()
+            echo(f"confirm {name} seed {cfg.seed}: {command}")
+            try:
+                meta_train(cfg, out, resume=(out / "config.json").is_file(), device=device,
+                           sources=sources, show_progress=False, echo=echo)
+            finally:
+                _add_cpu(study_dir, out.name, time.process_time() - started)
+            done = _test_of(out)
+            assert done is not None
+        cpu = _cpu(study_dir).get(out.name, 0.0)
+        results.append(ConfirmRun(name, cfg.seed, command, out, float(done["acc"]),
+                                  float(done["acc_ci95"]), cpu))
+    return results
+
+
+def summary(results: list[ConfirmRun]) -> list[dict[str, Any]]:
+    """Per name: the mean accuracy over seeds, its spread and mean CPU seconds."""
+    out = []
+    for name in dict.fromkeys(r.name for r in results):
+        mine = [r for r in results if r.name == name]
+        accs = [r.acc for r in mine]
+        mean = sum(accs) / len(accs)
+        out.append({"confirm": name, "seeds": [r.seed for r in mine],
+                    "mean_acc": round(mean, 4),
+                    "min_acc": round(min(accs), 4), "max_acc": round(max(accs), 4),
+                    "mean_cpu_s": round(sum(r.cpu_s for r in mine) / len(mine), 1)})
+    return out
+
+
+__all__ = ["CONFIRM_DIR", "ConfirmRun", "confirm", "confirm_configs", "summary"]

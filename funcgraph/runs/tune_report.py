@@ -1,0 +1,206 @@
+"""What ``funcgraph tune show`` reports of a study: the trial table, the best settings as a
+ready ``meta-train`` command line, plots, and JSON lines for the results records.
+
+The plots are Optuna's own (``optuna.visualization.matplotlib``: the optimisation history and
+the parameter importances, fANOVA) beside one of ours, each trial's validation accuracy against
+the CPU seconds it took, so the cost of a setting is on the same page as its accuracy.
+"""
+
+from __future__ import annotations
+
+import shlex
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from ..checks import option
+from .meta_train_config import MetaTrainConfig, default_config
+from .tune_space import SearchSpace
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+FLAG_OPTIONS: dict[str, tuple[str | None, str | None]] = {
+    "cosine_meta_lr": ("--cosine-meta-lr", "--constant-meta-lr"),
+    "linear_meta_lr": ("--linear-meta-lr", None),
+    "rotate": ("--rotate", None),
+    "first_order": ("--first-order", None),
+    "remat": ("--remat", None),
+    "bn_running_stats": ("--bn-running-stats", None),
+    "inner_minibatches": ("--inner-minibatches", "--inner-full-batch"),
+}
+"""``meta-train``'s on and off flags of each boolean config field."""
+
+OPTION_NAMES = {"test_episodes": "--episodes"}
+"""Config fields whose option is not :func:`~funcgraph.checks.option` of the name."""
+
+NOT_OPTIONS = ("algo", "dataset", "model", "checkpoint_every")
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as the table and the records show it."""
+
+    number: int
+    state: str
+    value: float | None
+    step: int
+    cpu_s: float
+    params: dict[str, Any]
+    run_dir: str | None
+    reason: str | None
+
+    def as_record(self) -> dict[str, Any]:
+        return {"trial": self.number, "state": self.state, "val_acc": self.value,
+                "step": self.step, "cpu_s": self.cpu_s, "params": self.params,
+                "run_dir": self.run_dir, **({"reason": self.reason} if self.reason else {})}
+
+
+def trial_rows(study: Any) -> list[TrialRow]:
+    """Every trial that ran, in order."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state.name == "WAITING":
+            continue
+        steps = max(t.intermediate_values, default=0)
+        reason = t.user_attrs.get("failure") or (
+            "interrupted" if t.user_attrs.get("interrupted") else None)
+        rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps,
+                             float(t.user_attrs.get("cpu_s", 0.0)), dict(t.params),
+                             t.user_attrs.get("run_dir"), reason))
+    return rows
+
+
+def best_trial(study: Any) -> Any | None:
+    """The complete trial with the best value (the study's direction), or ``None``."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not complete:
+        return None
+    pick = max if maximized(study) else min
+    return pick(complete, key=lambda t: t.value)
+
+
+def maximized(study: Any) -> bool:
+    """Whether the study maximises (accuracy) rather than minimises (an error)."""
+    return bool(study.direction.name == "MAXIMIZE")
+
+
+def shown(value: float, study: Any) -> str:
+    """A validation figure: accuracy in percent, an error as is."""
+    return f"{100 * value:.2f}%" if maximized(study) else f"{value:.4g}"
+
+
+def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
+    """``funcgraph meta-train ...`` that runs ``cfg``: the options that differ from the
+    algorithm's defaults on the dataset, then the model's ``--set`` overrides."""
+    base = default_config(cfg.algo, cfg.dataset, tasks=cfg.tasks, image_size=cfg.image_size)
+    words = ["funcgraph", "meta-train", "--algo", cfg.algo, "--dataset", cfg.dataset]
+    for name, value in cfg.to_json().items():
+        if name in NOT_OPTIONS or value == getattr(base, name) or value is None:
+            continue
+        if name in FLAG_OPTIONS:
+            on, off = FLAG_OPTIONS[name]
+            flag = on if value else off
+            if flag is not None:
+                words.append(flag)
+            continue
+        words += [OPTION_NAMES.get(name, option(name)), f"{value:.4g}" if
+                  isinstance(value, float) else str(value)]
+    for key, value in overrides.items():
+        words += ["--set", f"{key}={value}"]
+    return shlex.join(words)
+
+
+def best_command(study: Any, space: SearchSpace) -> str | None:
+    """The ready ``meta-train`` command line of the best trial, or ``None``."""
+    best = best_trial(study)
+    if best is None:
+        return None
+    return command_line(space.config(best.params), space.model_overrides(best.params))
+
+
+def table(rows: list[TrialRow], width: int = 80, percent: bool = True) -> str:
+    """The trial table as text at ``width`` columns (settings wrap at word boundaries)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    grid = Table(box=None, pad_edge=False, show_edge=False)
+    value_name = "val acc" if percent else "val"
+    for name, justify in (("#", "right"), ("state", "left"), (value_name, "right"),
+                          ("step", "right"), ("CPU s", "right"), ("settings", "left")):
+        grid.add_column(name, justify=justify, no_wrap=name != "settings")  # type: ignore[arg-type]
+    for r in rows:
+        value = "" if r.value is None else (
+            f"{100 * r.value:.2f}%" if percent else f"{r.value:.4g}")
+        settings = " ".join(f"{k}={_short(v)}" for k, v in r.params.items())
+        if r.reason:
+            settings += f" [{r.reason}]"
+        grid.add_row(str(r.number), r.state, value, str(r.step), f"{r.cpu_s:.0f}", settings)
+    import io
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(grid)
+    return console.export_text()
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def write_plots(study: Any, folder: Path) -> list[Path]:
+    """``history.png``, ``importance.png`` (when two or more trials are complete) and
+    ``cost.png`` in ``folder``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as optuna_plots
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
+        plots: list[tuple[str, Any]] = [
+            ("history.png", optuna_plots.plot_optimization_history)]
+        if len(complete) >= 2 and any(len({str(t.params.get(k)) for t in complete}) > 1
+                                      for k in complete[0].params):
+            plots.append(("importance.png", optuna_plots.plot_param_importances))
+        for name, plot in plots:
+            figure = cast("Figure", plot(study).figure)
+            figure.set_size_inches(7, 4.5)
+            figure.tight_layout()
+            figure.savefig(folder / name, dpi=100)
+            plt.close(figure)
+            written.append(folder / name)
+    rows = trial_rows(study)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for state, marker in (("complete", "o"), ("pruned", "x")):
+        scale = 100 if maximized(study) else 1
+        pts = [(r.cpu_s, scale * last) for r in rows if r.state == state
+               for last in [_last(study, r)] if last is not None]
+        if pts:
+            ax.scatter(*zip(*pts, strict=True), marker=marker, label=state)
+    ax.set_xlabel("CPU seconds of the trial")
+    ax.set_ylabel(("validation accuracy (%)" if maximized(study) else "validation error")
+                  + " (pruned: at its last report)")
+    ax.set_title("accuracy against cost")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(folder / "cost.png", dpi=100)
+    plt.close(fig)
+    return [*written, folder / "cost.png"]
+
+
+def _last(study: Any, row: TrialRow) -> float | None:
+    if row.value is not None:
+        return row.value
+    trial = study.trials[row.number]
+    steps = max(trial.intermediate_values, default=None)
+    return None if steps is None else trial.intermediate_values[steps]
+
+
+__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line",
+           "maximized", "shown", "table", "trial_rows", "write_plots"]
