@@ -200,6 +200,7 @@ def meta_train(
     tensorboard: bool = False,
     place: str | None = None,
     on_validation: Callable[[int, Mapping[str, float]], object] | None = None,
+    on_step: Callable[[int], object] | None = None,
     score_test: bool = True,
 ) -> MetaTrainResult:
     """Meta-train per ``cfg`` into the run directory ``out``; see the module docstring.
@@ -216,6 +217,8 @@ def meta_train(
         on_validation: called with the step and the validation's figures after each
             validation is logged (a settings search reports them to its pruner, which stops
             the run by raising; the checkpoints saved so far stay).
+        on_step: called with the number of completed steps after each meta-step (a
+            settings search stops a run that will pass its CPU cap there).
         score_test: score the best checkpoint on the held-out tasks at the end; a settings
             search passes ``False`` and chooses on validation alone (``test`` is then
             ``None``).
@@ -278,7 +281,8 @@ def meta_train(
             with_validation = cfg.validate_every and env.is_main
             groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
                               start_step=start, validate=validate if with_validation else None,
-                              best_value=best_value, after_validation=after_validation)
+                              best_value=best_value, after_validation=after_validation,
+                              after_step=on_step)
         if not env.is_main:
             return MetaTrainResult(run, groups["params"], None)
         if not score_test:

@@ -46,6 +46,11 @@ TRIALS_DIR = "trials"
 MAX_RETRIES = 3
 """Times an interrupted or killed trial is retried before it stays failed."""
 
+CAP_CHECK_STEPS = 10
+"""A trial's CPU seconds are projected to its last step after this many steps (and again at
+each validation): one that will pass ``--trial-cpu-s`` is pruned before it has cost much, and
+the sampler, seeing no accuracy from it, learns to avoid such settings."""
+
 PRUNERS = ("hyperband", "halving", "median", "none")
 Echo = Callable[[str], object]
 
@@ -64,8 +69,8 @@ class TuneOptions:
             failed for a reason; interrupted ones are retried, not counted).
         timeout_s: stop starting trials after this many wall seconds of this invocation.
         cpu_hours: stop once the study's trials have used this many CPU hours in all.
-        trial_cpu_s: prune a trial whose CPU seconds, projected to its last step at its
-            validations, exceed this cap.
+        trial_cpu_s: prune a trial whose CPU seconds, projected to its last step after
+            :data:`CAP_CHECK_STEPS` steps and at each validation, exceed this cap.
         seed: the sampler's seed (worker ``i`` uses ``seed + i``).
         pruner: ``hyperband`` (default), ``halving``, ``median`` or ``none``.
         imports: ``--import`` modules each worker loads (a user's algorithms and datasets).
@@ -249,8 +254,8 @@ class Objective:
     """One trial: draw the knobs, meta-train the trial's run directory, report each
     validation, return the best validation accuracy."""
 
-    def __init__(self, opts: TuneOptions, echo: Echo) -> None:
-        self.opts, self.echo = opts, echo
+    def __init__(self, opts: TuneOptions, echo: Echo, worker: int = 0) -> None:
+        self.opts, self.echo, self.worker = opts, echo, worker
         self._sources: dict[tuple[Any, ...], TaskSources] = {}
 
     def sources(self, cfg: Any) -> TaskSources:
@@ -271,6 +276,7 @@ class Objective:
         origin = int(trial.user_attrs.get("retry_of", trial.number))
         out = trial_dir(self.opts.study_dir, origin)
         trial.set_user_attr("run_dir", str(out.relative_to(self.opts.study_dir)))
+        trial.set_user_attr("worker", self.worker)
         started = time.process_time()
         try:
             cfg = space.config(drawn)
@@ -279,25 +285,33 @@ class Objective:
                                                   overrides=space.model_overrides(drawn)))
             metric = metric_of(space)
 
-            def report(step: int, figures: Any) -> None:
+            def over_cap(step: int) -> None:
                 used = time.process_time() - started
-                trial.set_user_attr("cpu_s", round(used, 2))
-                if metric in figures:
-                    trial.report(float(figures[metric]), step)
                 cap = self.opts.trial_cpu_s
                 if cap is not None and used * cfg.steps / step > cap:
                     raise optuna.TrialPruned(f"over the CPU cap: {used:.0f} CPU s at step "
                                              f"{step} of {cfg.steps}")
+
+            def report(step: int, figures: Any) -> None:
+                trial.set_user_attr("cpu_s", round(time.process_time() - started, 2))
+                if metric in figures:
+                    trial.report(float(figures[metric]), step)
+                over_cap(step)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at step {step}")
 
+            def early(step: int) -> None:
+                if step == CAP_CHECK_STEPS:
+                    over_cap(step)
+
             meta_train(cfg, out, resume=(out / "config.json").is_file(),
                        device=self.opts.device, sources=sources, show_progress=False,
-                       echo=self.echo, on_validation=report, score_test=False)
+                       echo=self.echo, on_validation=report, on_step=early, score_test=False)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
             raise
-        except optuna.TrialPruned:
+        except optuna.TrialPruned as e:
+            trial.set_user_attr("pruned", str(e))
             raise
         except Exception as e:
             trial.set_user_attr("failure", f"{type(e).__name__}: {e}".splitlines()[0][:300])
@@ -329,7 +343,8 @@ def describe(trial: Any, metric: str = "acc") -> str:
     elif state == "pruned":
         steps = max(trial.intermediate_values, default=0)
         last = trial.intermediate_values.get(steps)
-        head = f"trial {trial.number}: pruned at step {steps}" + (
+        why = trial.user_attrs.get("pruned", f"pruned at step {steps}")
+        head = f"trial {trial.number}: {why}" + (
             f" ({metric} {_value(last, metric)})" if last is not None else "")
     else:
         reason = trial.user_attrs.get("failure") or (
@@ -368,7 +383,7 @@ def run_worker(opts: TuneOptions, worker: int, echo: Echo = print) -> None:
 
     if _spent(study, opts):
         return
-    study.optimize(Objective(opts, echo), timeout=opts.timeout_s, callbacks=[after],
+    study.optimize(Objective(opts, echo, worker), timeout=opts.timeout_s, callbacks=[after],
                    catch=(FuncgraphError,), gc_after_trial=True)
 
 

@@ -37,14 +37,16 @@ class ConfirmRun:
     seed: int
     command: str
     run_dir: Path
-    acc: float
+    metric: str  # "acc", or "mse" on regression
+    value: float
     ci95: float
     cpu_s: float
 
     def as_record(self) -> dict[str, Any]:
-        return {"confirm": self.name, "seed": self.seed, "acc": round(self.acc, 4),
-                "acc_ci95": round(self.ci95, 4), "cpu_s": round(self.cpu_s, 1),
-                "command": self.command, "run_dir": str(self.run_dir)}
+        return {"confirm": self.name, "seed": self.seed, "metric": self.metric,
+                self.metric: round(self.value, 4), f"{self.metric}_ci95": round(self.ci95, 4),
+                "cpu_s": round(self.cpu_s, 1), "command": self.command,
+                "run_dir": str(self.run_dir)}
 
 
 def confirm_configs(space: SearchSpace, params: dict[str, Any], dataset: str, *,
@@ -116,21 +118,23 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
             done = _test_of(out)
             assert done is not None
         cpu = _cpu(study_dir).get(out.name, 0.0)
-        results.append(ConfirmRun(name, cfg.seed, command, out, float(done["acc"]),
-                                  float(done["acc_ci95"]), cpu))
+        metric = "acc" if "acc" in done else "mse"
+        results.append(ConfirmRun(name, cfg.seed, command, out, metric, float(done[metric]),
+                                  float(done[f"{metric}_ci95"]), cpu))
     return results
 
 
 def summary(results: list[ConfirmRun]) -> list[dict[str, Any]]:
-    """Per name: the mean accuracy over seeds, its spread and mean CPU seconds."""
+    """Per name: the mean figure over seeds (accuracy, or error on regression), its range
+    and the mean CPU seconds."""
     out = []
     for name in dict.fromkeys(r.name for r in results):
         mine = [r for r in results if r.name == name]
-        accs = [r.acc for r in mine]
-        mean = sum(accs) / len(accs)
+        values, metric = [r.value for r in mine], mine[0].metric
         out.append({"confirm": name, "seeds": [r.seed for r in mine],
-                    "mean_acc": round(mean, 4),
-                    "min_acc": round(min(accs), 4), "max_acc": round(max(accs), 4),
+                    f"mean_{metric}": round(sum(values) / len(values), 4),
+                    f"min_{metric}": round(min(values), 4),
+                    f"max_{metric}": round(max(values), 4),
                     "mean_cpu_s": round(sum(r.cpu_s for r in mine) / len(mine), 1)})
     return out
 

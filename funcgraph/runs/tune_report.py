@@ -66,6 +66,8 @@ def trial_rows(study: Any) -> list[TrialRow]:
         steps = max(t.intermediate_values, default=0)
         reason = t.user_attrs.get("failure") or (
             "interrupted" if t.user_attrs.get("interrupted") else None)
+        if t.state.name == "PRUNED" and "CPU cap" in t.user_attrs.get("pruned", ""):
+            reason = "over the CPU cap"
         rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps,
                              float(t.user_attrs.get("cpu_s", 0.0)), dict(t.params),
                              t.user_attrs.get("run_dir"), reason))

@@ -230,20 +230,24 @@ def parse_space(data: Mapping[str, Any], text: str = "") -> SearchSpace:
 
 
 def check_space(space: SearchSpace) -> None:
-    """Build the config at each end of every knob (the others at their lower end) through
-    ``meta-train``'s own checks, so an impossible range or a knob the algorithm does not
-    have is refused before a trial runs."""
-    base = {k.name: k.extremes()[0] for k in space.knobs}
+    """Build the study's run, then the config at each end of every knob (the others left at
+    their defaults), then all knobs at their lower ends, through ``meta-train``'s own checks:
+    an impossible range or a knob the algorithm does not have is refused before a trial
+    runs, naming the knob."""
     try:
-        space.config(base)
+        space.config({})
     except FuncgraphError as e:
         raise ConfigError(f"space: the study's run is refused: {e}") from None
     for knob in space.knobs:
         for value in knob.extremes():
             try:
-                space.config({**base, knob.name: value})
+                space.config({knob.name: value})
             except FuncgraphError as e:
                 raise ConfigError(f"[space] {knob.name} = {value!r} is refused: {e}") from None
+    try:
+        space.config({k.name: k.extremes()[0] for k in space.knobs})
+    except FuncgraphError as e:
+        raise ConfigError(f"[space]: the knobs' lower ends together are refused: {e}") from None
 
 
 def load_space(path: str | Path) -> SearchSpace:

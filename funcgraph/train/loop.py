@@ -78,6 +78,7 @@ def run_loop(
     validate: ValidateFn | None = None,
     best_value: float | None = None,
     after_validation: Callable[[int, Mapping[str, float]], object] | None = None,
+    after_step: Callable[[int], object] | None = None,
 ) -> Groups:
     """Run steps ``start_step .. cfg.total_steps - 1`` and return the final groups.
 
@@ -86,7 +87,8 @@ def run_loop(
     is called with the step and the validation's figures once its record is in
     ``metrics.jsonl`` and a better value is saved as ``best`` (the run layer redraws its
     curves there; a settings search reports the figures to its pruner, which may stop the
-    run by raising). A loss that is not finite or exceeds
+    run by raising). ``after_step`` is called with the number of completed steps after each
+    step (a settings search checks its CPU budget there). A loss that is not finite or exceeds
     ``cfg.divergence_bound`` logs a ``diverged`` record and raises
     :class:`~funcgraph.errors.DivergedError`.
     """
@@ -134,6 +136,8 @@ def run_loop(
                             run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
                         raise _diverged(e, saved) from None
                 groups, done = new_groups, step + 1
+                if after_step is not None:
+                    after_step(done)
                 elapsed = time.perf_counter() - started
                 rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
                 shown = {k: float(v) for k, v in metrics.items()}

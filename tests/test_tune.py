@@ -1,0 +1,213 @@
+"""``funcgraph tune``: the space is checked before anything runs, trials are ordinary run
+directories chosen on validation, a diverged trial fails with its reason while the study goes
+on, an interrupted trial resumes from its checkpoint, two workers share one study, and the
+best settings come back as a meta-train command line that meta-train accepts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from funcgraph.cli import app
+from funcgraph.errors import ConfigError, RunDirectoryError
+from funcgraph.runs import tune as tune_module
+from funcgraph.runs.tune import TuneOptions, tune
+from funcgraph.runs.tune_report import best_command, table, trial_rows
+from funcgraph.runs.tune_space import parse_space
+from funcgraph.train.ownership import RunLock
+
+runner = CliRunner()
+
+TINY = """
+[study]
+algo = "maml"
+dataset = "sinusoid"
+
+[fixed]
+steps = 4
+validate_every = 2
+val_episodes = 4
+test_episodes = 4
+meta_batch = 4
+{fixed}
+
+[space]
+inner_lr = {{ low = 0.001, high = 0.05, log = true }}
+inner_steps = {{ low = 1, high = 2 }}
+"""
+
+
+def space_file(tmp_path: Path, fixed: str = "") -> Path:
+    path = tmp_path / "space.toml"
+    path.write_text(TINY.format(fixed=fixed))
+    return path
+
+
+def options(tmp_path: Path, **kw: object) -> TuneOptions:
+    import tomllib
+
+    text = space_file(tmp_path, str(kw.pop("fixed", ""))).read_text()
+    space = parse_space(tomllib.loads(text), text)
+    return TuneOptions(space, tmp_path / "study", threads=1, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("space", "expected"), [
+    ('[space]\ninner_lrr = { low = 0.1, high = 1.0 }', "did you mean inner_lr?"),
+    ('[space]\ninner_lr = { low = 1.0, high = 0.1 }', "low must be below high"),
+    ('[space]\ninner_lr = { low = 0.0, high = 0.1, log = true }', "log scale needs low > 0"),
+    ('[space]\ninner_steps = { low = 1.5, high = 3 }', "int option; give whole numbers"),
+    ('[space]\nrotate = { low = 0, high = 1 }', "give its choices"),
+    ('[space]\nmeta_batch = { choices = [] }', "non-empty list"),
+    ('[space]\ninner_lr = { low = -1.0, high = 0.1 }', "inner_lr = -1.0 is refused"),
+    ('[space]\nfirst_order_fraction = { low = 0.0, high = 2.0 }', "lies in [0, 1]"),
+    ('[space]\nseed = { choices = [0, 1] }', "seed belongs to confirmation runs"),
+    ('[study]\nalgo = "protonet"\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "protonet has no inner loop"),
+    ('[study]\nwho = 1\n[space]\ninner_lr = { low = 0.1, high = 1.0 }', "unknown keys"),
+    ('[space]\n', "no knobs to search"),
+])
+def test_a_bad_space_is_one_line_before_anything_runs(tmp_path: Path, space: str,
+                                                      expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(space)
+    result = runner.invoke(app, ["tune", "run", str(path), "--study", str(tmp_path / "s")])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.output
+    assert not (tmp_path / "s").exists(), "a refused space must not create the study"
+
+
+def test_trials_are_run_directories_chosen_on_validation(tmp_path: Path) -> None:
+    lines: list[str] = []
+    study = tune(options(tmp_path, trials=3), echo=lines.append)
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) == 3, [t.state for t in study.trials]
+    for t in finished:
+        run_dir = tmp_path / "study" / t.user_attrs["run_dir"]
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["inner_lr"] == pytest.approx(t.params["inner_lr"])
+        records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert not [r for r in records if r["kind"] == "test"], "a trial must not peek at test"
+        vals = [r["mse"] for r in records if r["kind"] == "validation"]
+        if t.state.name == "COMPLETE":
+            assert t.value == min(vals), "the objective is the best validation"
+        assert float(t.user_attrs["cpu_s"]) > 0
+    assert sum(line.startswith("trial ") for line in lines) == 3, lines
+    # A trial's run directory is a run: evaluate scores it.
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "study" / "trials" / "trial-0000"),
+                                 "--episodes", "3"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_trial_over_the_cpu_cap_is_pruned_with_that_reason(tmp_path: Path) -> None:
+    lines: list[str] = []
+    study = tune(options(tmp_path, trials=1, trial_cpu_s=1e-6), echo=lines.append)
+    (trial,) = study.trials
+    assert trial.state.name == "PRUNED" and "over the CPU cap" in trial.user_attrs["pruned"]
+    assert "over the CPU cap" in lines[0], lines
+
+
+def test_a_second_tune_on_a_held_study_is_refused(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=1)
+    lock = RunLock(opts.study_dir).acquire()
+    try:
+        with pytest.raises(RunDirectoryError):
+            tune(opts)
+    finally:
+        lock.release()
+
+
+def test_a_changed_space_is_a_new_study(tmp_path: Path) -> None:
+    tune(options(tmp_path, trials=1), echo=lambda _: None)
+    with pytest.raises(ConfigError, match="started with another space"):
+        tune(options(tmp_path, trials=2, fixed="inner_steps_eval = 2"))
+
+
+def test_a_diverged_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path: Path) -> None:
+    huge = parse_space({"study": {"algo": "maml", "dataset": "sinusoid"},
+                        "fixed": {"steps": 4, "validate_every": 2, "val_episodes": 4,
+                                  "meta_batch": 4, "inner_steps": 1},
+                        "space": {"inner_lr": {"low": 1e7, "high": 1e9, "log": True}}})
+    study = tune(TuneOptions(huge, tmp_path / "study", threads=1, trials=2),
+                 echo=lambda _: None)
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert all("diverged" in t.user_attrs["failure"] for t in study.trials)
+
+
+def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tune_module.meta_train
+    calls: list[bool] = []
+
+    def interrupted_once(cfg, out, **kw):  # type: ignore[no-untyped-def]
+        calls.append(kw["resume"])
+        if len(calls) == 1:
+            def stop(step: int, figures: object) -> None:
+                raise KeyboardInterrupt
+            kw["on_validation"] = stop
+        return real(cfg, out, **kw)
+
+    monkeypatch.setattr(tune_module, "meta_train", interrupted_once)
+    opts = options(tmp_path, trials=1, pruner="none")
+    with pytest.raises(KeyboardInterrupt):
+        tune(opts, echo=lambda _: None)
+    lines: list[str] = []
+    study = tune(opts, echo=lines.append)
+    first, retry = study.trials
+    assert first.state.name == "FAIL" and first.user_attrs["interrupted"]
+    assert retry.state.name == "COMPLETE" and retry.user_attrs["retry_of"] == 0
+    assert retry.params == first.params and calls == [False, True]
+    assert any("retrying interrupted trial(s) 0" in line for line in lines), lines
+    records = [json.loads(x) for x in
+               (opts.study_dir / "trials" / "trial-0000" / "metrics.jsonl").read_text()
+               .splitlines()]
+    steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert steps == sorted(set(steps)) and steps[-1] == 4, "resumed, not restarted"
+    assert not (opts.study_dir / "trials" / "trial-0001").exists()
+
+
+def test_two_workers_share_one_study(tmp_path: Path) -> None:
+    study = tune(options(tmp_path, trials=4, workers=2), echo=lambda _: None)
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) >= 4
+    assert {t.user_attrs["worker"] for t in finished} == {0, 1}
+    assert len({t.params["inner_lr"] for t in finished}) == len(finished), "distinct draws"
+
+
+def test_show_prints_80_columns_and_a_command_meta_train_accepts(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=3)
+    study = tune(opts, echo=lambda _: None)
+    text = table(trial_rows(study), percent=False)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    command = best_command(study, opts.space)
+    assert command is not None and command.startswith("funcgraph meta-train --algo maml")
+    args = command.split()[1:] + ["--dry-run"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, (command, result.output)
+    shown = json.loads(result.output[:result.output.rindex("}") + 1])
+    best = max(study.trials, key=lambda t: -t.value if t.value is not None else -1e9)
+    assert shown["inner_lr"] == pytest.approx(best.params["inner_lr"], rel=1e-3)
+    result = runner.invoke(app, ["tune", "show", str(opts.study_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    for name in ("history.png", "cost.png"):
+        assert (opts.study_dir / "plots" / name).stat().st_size > 1000
+
+
+def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=2)
+    tune(opts, echo=lambda _: None)
+    args = ["tune", "confirm", str(opts.study_dir), "--dataset", "sinusoid", "--seeds", "0,1",
+            "--against", ""]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.output.splitlines()
+               if line.startswith("{")]
+    runs = [r for r in records if "seed" in r]
+    assert [r["seed"] for r in runs] == [0, 1] and all(r["metric"] == "mse" for r in runs)
+    again = runner.invoke(app, args)  # finished runs are read back, not run again
+    assert again.exit_code == 0 and "confirm tuned seed" not in again.output
+    assert optuna.__version__  # the study store is Optuna's
