@@ -121,6 +121,13 @@ def test_a_second_tune_on_a_held_study_is_refused(tmp_path: Path) -> None:
         lock.release()
 
 
+def test_a_resumed_study_draws_new_settings(tmp_path: Path) -> None:
+    tune(options(tmp_path, trials=2), echo=lambda _: None)
+    study = tune(options(tmp_path, trials=4), echo=lambda _: None)
+    draws = [t.params["inner_lr"] for t in study.trials]
+    assert len(draws) == 4 and len(set(draws)) == 4, draws
+
+
 def test_a_changed_space_is_a_new_study(tmp_path: Path) -> None:
     tune(options(tmp_path, trials=1), echo=lambda _: None)
     with pytest.raises(ConfigError, match="started with another space"):

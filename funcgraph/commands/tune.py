@@ -79,12 +79,14 @@ def run(
     import_: ImportOption = None,
 ) -> None:
     """Run (or resume) a settings study: each trial is a meta-train run in STUDY/trials/.
+    Ctrl-C or SIGTERM saves the running trials; the same command resumes them.
 
     Example: funcgraph tune run space.toml --study studies/maml --trials 30 --cpu-hours 3
     """
-    from ..runs.tune import TuneOptions, tune
+    from ..runs.tune import TuneOptions, stop_on_sigterm, tune
     from ..runs.tune_space import load_space
 
+    stop_on_sigterm()
     start_run(threads=threads, imports=import_, tensorboard=False, resume=False, out=None)
     opts = TuneOptions(load_space(space), study, storage=storage, workers=workers,
                        threads=threads, trials=trials, timeout_s=timeout, cpu_hours=cpu_hours,

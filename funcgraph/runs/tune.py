@@ -161,16 +161,23 @@ def _lowest(space: SearchSpace) -> dict[str, Any]:
 
 
 def open_study(opts: TuneOptions, worker: int = 0) -> Any:
-    """The study in ``opts``' storage, created on first use."""
+    """The study in ``opts``' storage, created on first use.
+
+    The sampler's seed is ``seed + worker``, moved on by the trials the study already holds:
+    a resumed study draws new settings instead of repeating the first start's sequence, and
+    the same study state gives the same draws."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # trials get one line each from us
     storage = open_storage(storage_url(opts.study_dir, opts.storage), on_stale=retry_trial)
-    return optuna.create_study(
-        study_name=STUDY_NAME, storage=storage, direction=direction(opts.space),
-        load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=opts.seed + worker),
-        pruner=make_pruner(opts.pruner, opts.space))
+
+    def create(sampler: Any) -> Any:
+        return optuna.create_study(
+            study_name=STUDY_NAME, storage=storage, direction=direction(opts.space),
+            load_if_exists=True, sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
+
+    held = len(create(optuna.samplers.RandomSampler()).get_trials(deepcopy=False))
+    return create(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held))
 
 
 def metric_of(space: SearchSpace) -> str:
@@ -285,10 +292,12 @@ class Objective:
                                                   overrides=space.model_overrides(drawn)))
             metric = metric_of(space)
 
+            begun: list[int] = []  # the step this attempt started from (a retry resumes)
+
             def over_cap(step: int) -> None:
-                used = time.process_time() - started
+                used, base = time.process_time() - started, begun[0] if begun else 0
                 cap = self.opts.trial_cpu_s
-                if cap is not None and used * cfg.steps / step > cap:
+                if cap is not None and used * (cfg.steps - base) / max(1, step - base) > cap:
                     raise optuna.TrialPruned(f"over the CPU cap: {used:.0f} CPU s at step "
                                              f"{step} of {cfg.steps}")
 
@@ -301,7 +310,9 @@ class Objective:
                     raise optuna.TrialPruned(f"pruned at step {step}")
 
             def early(step: int) -> None:
-                if step == CAP_CHECK_STEPS:
+                if not begun:
+                    begun.append(step - 1)
+                if step - begun[0] == CAP_CHECK_STEPS:
                     over_cap(step)
 
             meta_train(cfg, out, resume=(out / "config.json").is_file(),
@@ -403,12 +414,25 @@ def _import_all(modules: tuple[str, ...]) -> None:
 
 
 def _worker_main(opts: TuneOptions, worker: int) -> None:
-    """A spawned worker process: Ctrl-C ends it quietly (its trial is saved by then)."""
+    """A spawned worker process: Ctrl-C or SIGTERM ends it quietly (its trial is saved by
+    then)."""
+    stop_on_sigterm()
     try:
         run_worker(opts, worker, echo=lambda line: print(f"[worker {worker}] {line}",
                                                          flush=True))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+
+
+def stop_on_sigterm() -> None:
+    """Treat SIGTERM (a scheduler's or ``kill``'s stop) as Ctrl-C, so a running trial saves
+    its checkpoint and is retried when the study resumes."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def prepare(opts: TuneOptions) -> RunLock | None:
@@ -484,4 +508,4 @@ def _run_workers(opts: TuneOptions) -> None:
 __all__ = ["DB_FILE", "MAX_RETRIES", "PRUNERS", "SPACE_FILE", "STUDY_NAME", "TRIALS_DIR",
            "Objective", "TuneOptions", "best_validation", "cpu_seconds", "describe",
            "finished", "open_study", "open_storage", "prepare", "recover", "retry_trial",
-           "run_worker", "storage_url", "trial_dir", "tune"]
+           "run_worker", "stop_on_sigterm", "storage_url", "trial_dir", "tune"]
