@@ -19,6 +19,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -173,6 +174,20 @@ def use_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+class Precision(StrEnum):
+    float32 = "float32"
+    bf16 = "bf16"
+    auto = "auto"
+
+
+PrecisionOption = Annotated[Precision | None, typer.Option(
+    rich_help_panel=DEVICES_PANEL,
+    help="Compute precision: float32, bf16 (bfloat16 convolutions and matmuls, float32 "
+         "params, optimiser state, losses and batch-norm statistics) or auto (bf16 where the "
+         "CPU has AVX-512 BF16 or AMX, or the GPU supports it; else float32). Default: "
+         "float32 (evaluate: the run's).")]
 
 
 DeviceOption = Annotated[

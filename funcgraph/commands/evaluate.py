@@ -10,6 +10,7 @@ import typer
 from .common import (
     DeviceOption,
     ImportOption,
+    PrecisionOption,
     ThreadsOption,
     console,
     import_plugins,
@@ -41,6 +42,7 @@ def evaluate(
     checkpoint: Annotated[str, typer.Option(
         rich_help_panel=EVALUATION_PANEL, help="best or last.")] = "best",
     device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
     threads: ThreadsOption = 0,
     import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
@@ -64,7 +66,8 @@ def evaluate(
                                  param_hint="--checkpoint")
     run, tag, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes,
                                     checkpoint=checkpoint, inner_steps_eval=inner_steps_eval,
-                                    bn_running_stats=bn_running_stats, device=device, seed=seed)
+                                    bn_running_stats=bn_running_stats, device=device, seed=seed,
+                                    precision=None if precision is None else precision.value)
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
     console.print(f"{run.path} ({tag} checkpoint{fallback}): {result}", highlight=False,
                   markup=False, soft_wrap=True)

@@ -24,6 +24,7 @@ from ..checks import check_choice, check_int
 from ..data.tasks import confidence_interval
 from ..errors import ConfigError
 from ..params import Params
+from ..precision import check_precision
 from ..random import Key
 from .learner import MetaLearner, Task
 from .strategy import STRATEGIES, task_evals
@@ -67,6 +68,7 @@ def evaluate(
     strategy: str = "auto",
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
+    precision: str = "float32",
 ) -> EvalResult:
     """Evaluate ``learner`` at ``meta_params`` on ``episodes`` tasks from ``sample``.
 
@@ -75,7 +77,8 @@ def evaluate(
     task ``t`` of batch ``i`` gets ``split(fold_in(fold_in(key, i), _TASK_KEYS_TAG), n)[t]``.
     ``dtype`` casts the inputs. ``strategy`` runs the tasks as
     :func:`~funcgraph.meta.strategy.task_evals` does (``"auto"``: the measured default for the
-    device and task size, as ``funcgraph meta-train`` evaluates).
+    device and task size, as ``funcgraph meta-train`` evaluates). ``precision="bf16"``
+    computes each task's convolutions and matmuls in bfloat16 (:mod:`funcgraph.precision`).
 
     Raises:
         ConfigError: an argument of the wrong kind or out of range.
@@ -90,6 +93,7 @@ def evaluate(
     check_int("evaluate", "batch", batch)
     random.check_key("evaluate", key, batch=False)
     check_choice("evaluate", "strategy", strategy, ("auto", *STRATEGIES))
+    check_precision("evaluate", precision)
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ConfigError(f"evaluate: dtype must be None or a floating torch dtype, got "
                           f"{dtype!r}")
@@ -103,7 +107,8 @@ def evaluate(
         if learner.uses_keys:
             tasks = tasks.with_keys(random.split(random.fold_in(batch_key, _TASK_KEYS_TAG), n))
         tasks = tasks.to(device, dtype)
-        loss, metric = task_evals(learner.task_eval, meta_params, tasks, strategy=strategy)
+        loss, metric = task_evals(learner.task_eval, meta_params, tasks, strategy=strategy,
+                                  precision=precision)
         losses.append(loss.detach().cpu())
         metrics.append(metric.detach().cpu())
         done += n

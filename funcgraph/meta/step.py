@@ -52,6 +52,7 @@ def meta_step(
     lr: float | None = None,
     strategy: str = "auto",
     reduce: Reduce | None = None,
+    precision: str = "float32",
 ) -> tuple[Params, Params, StepMetrics]:
     """One meta-step: ``(new params, new optimiser state, metrics)``.
 
@@ -67,13 +68,17 @@ def meta_step(
         strategy: how tasks run, as :func:`~funcgraph.meta.strategy.mean_task_grads`.
         reduce: applied to the mean gradient, loss and metric before the update (the run
             layer's all-reduce over data-parallel processes).
+        precision: ``"float32"`` or ``"bf16"`` (bfloat16 convolutions and matmuls in each
+            task, float32 params, optimiser state, losses and update;
+            :mod:`funcgraph.precision`).
 
     Raises:
         ConfigError: an argument of the wrong kind or out of range.
     """
     _check(learner, optimizer, step, lr, reduce)
     task_grad = learner.at_step(step).task_grad
-    grads, loss, metric = mean_task_grads(task_grad, params, tasks, strategy=strategy)
+    grads, loss, metric = mean_task_grads(task_grad, params, tasks, strategy=strategy,
+                                          precision=precision)
     if reduce is not None:
         grads, loss, metric = reduce(grads, loss, metric)
     if lr is None:

@@ -40,6 +40,7 @@ from ..checks import check_choice, check_int
 from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
+from ..precision import check_precision, in_precision
 from .learner import Task, TaskEvalFn, TaskGradFn
 
 STRATEGIES = ("loop", "threads", "vmap")
@@ -148,6 +149,7 @@ def mean_task_grads(
     strategy: str = "auto",
     chunk_size: int | None = None,
     workers: int | None = None,
+    precision: str = "float32",
 ) -> tuple[Params, Tensor, Tensor]:
     """The mean over the tasks of ``task_grad``: ``(grads, loss, metric)``.
 
@@ -160,9 +162,14 @@ def mean_task_grads(
             ``funcgraph meta-train`` runs.
         chunk_size: with ``"vmap"``, map at most this many tasks at a time (memory bound).
         workers: with ``"threads"``, the worker threads (default ``torch.get_num_threads()``).
+        precision: ``"float32"``, or ``"bf16"``: each task computes its convolutions and
+            matmuls in bfloat16 (:mod:`funcgraph.precision`; in every strategy, worker
+            threads included), the gradients, losses and params staying float32.
     """
     strategy = _resolve("mean_task_grads", task_grad, meta_params, tasks, strategy, chunk_size,
                         workers)
+    task_grad = in_precision(task_grad, check_precision("mean_task_grads", precision),
+                             tasks.support_x.device.type)
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
@@ -188,11 +195,14 @@ def task_evals(
     strategy: str = "auto",
     chunk_size: int | None = None,
     workers: int | None = None,
+    precision: str = "float32",
 ) -> tuple[Tensor, Tensor]:
     """Per-task ``(losses (T,), metrics (T,))`` of ``task_eval`` over a batch of tasks
     (arguments as :func:`mean_task_grads`)."""
     strategy = _resolve("task_evals", task_eval, meta_params, tasks, strategy, chunk_size,
                         workers)
+    task_eval = in_precision(task_eval, check_precision("task_evals", precision),
+                             tasks.support_x.device.type)
     if strategy == "vmap":
         loss, metric = _vmapped(task_eval, meta_params, tasks, chunk_size)
         return loss, metric

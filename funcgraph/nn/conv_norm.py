@@ -36,6 +36,7 @@ from ..checks import check_ints, check_sizes
 from ..errors import ShapeError
 from ..model import Model
 from ..params import Params, State, add_prefix, select
+from ..precision import autocast_float32, full_precision
 from ..random import Key
 from .compose import serial
 from .linear import conv2d
@@ -116,20 +117,21 @@ def conv_batch_norm(
                              f"{tuple(x.shape)}")
         if not (fuses and (train or not track_running_stats)):
             return unfused.apply(params, state, x, key=key, train=train)
-        mean, cov, count = patch_moments(x, kernel, stride=stride2, padding=padding2,
-                                         dilation=dilation2)
-        if train and count < 2:  # one value per channel: the unfused pair's error
-            return unfused.apply(params, state, x, key=key, train=train)
-        w = params["conv.weight"]
-        flat = w.reshape(out_channels, width)
-        b = params.get("conv.bias")
-        out_mean = flat @ mean if b is None else flat @ mean + b  # (out,) mean of conv(x)
-        out_var = ((flat @ cov) * flat).sum(dim=1).clamp_min(0)  # (out,) its variance
-        scale = torch.rsqrt(out_var + eps)
-        shift = -scale * out_mean if b is None else scale * (b - out_mean)
-        if affine:
-            scale = scale * params["norm.weight"]
-            shift = shift * params["norm.weight"] + params["norm.bias"]
+        with full_precision(x):  # the statistics in float32 under bfloat16 autocast
+            mean, cov, count = patch_moments(autocast_float32(x), kernel, stride=stride2,
+                                             padding=padding2, dilation=dilation2)
+            if train and count < 2:  # one value per channel: the unfused pair's error
+                return unfused.apply(params, state, x, key=key, train=train)
+            w = params["conv.weight"]
+            flat = w.reshape(out_channels, width)
+            b = params.get("conv.bias")
+            out_mean = flat @ mean if b is None else flat @ mean + b  # (out,) mean of conv(x)
+            out_var = ((flat @ cov) * flat).sum(dim=1).clamp_min(0)  # (out,) its variance
+            scale = torch.rsqrt(out_var + eps)
+            shift = -scale * out_mean if b is None else scale * (b - out_mean)
+            if affine:
+                scale = scale * params["norm.weight"]
+                shift = shift * params["norm.weight"] + params["norm.bias"]
         y = F.conv2d(x, w * scale.reshape(-1, 1, 1, 1), shift, stride2, padding2, dilation2)
         if train and track_running_stats:
             norm_state = running_stats_update(select(state, "norm"), out_mean, out_var, count,

@@ -22,6 +22,7 @@ from ..control import in_transform
 from ..errors import ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State
+from ..precision import autocast_float32
 from ..random import Key
 
 
@@ -76,6 +77,7 @@ def batch_norm(
             raise ShapeError(
                 f"batch_norm: expected input (B, {num_features}, ...), got {tuple(x.shape)}"
             )
+        x = autocast_float32(x)  # statistics in float32 under bfloat16 autocast
         dims = [0, *range(2, x.dim())]
         shape = [1, num_features] + [1] * (x.dim() - 2)
         use_batch = train or not track_running_stats

@@ -10,6 +10,7 @@ from .. import random
 from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate, resolve_strategy
 from ..placement import resolve_device
+from ..precision import resolve_precision
 from ..train import Run
 from .memory import check_task_sizes
 from .meta_train import (
@@ -33,12 +34,14 @@ def evaluate_run(
     bn_running_stats: bool | None = None,
     device: str = "cpu",
     seed: int | None = None,
+    precision: str | None = None,
 ) -> tuple[Run, str, EvalResult]:
     """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``).
 
     ``inner_steps_eval`` and ``bn_running_stats`` (MAML++: score each query on its own with
     per-step running statistics instead of the query batch's own) override the run's
-    settings; neither changes what was trained.
+    settings; neither changes what was trained. ``precision`` (``float32``, ``bf16`` or
+    ``auto``) overrides the precision the run trained in.
 
     Returns ``(run, checkpoint tag scored, result)``: ``"best"`` falls back to ``"last"`` for a
     run that never validated, and the caller says which one it got.
@@ -55,8 +58,10 @@ def evaluate_run(
         changes["inner_steps_eval"] = inner_steps_eval
     if bn_running_stats is not None:
         changes["bn_running_stats"] = bn_running_stats
-    cfg = replace(cfg, **changes)
     dev = resolve_device(device)
+    if precision is not None:
+        changes["precision"] = resolve_precision(precision, dev)[0]
+    cfg = replace(cfg, **changes)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root,
                            image_size=cfg.image_size)
     model_ways = cfg.model.get("ways")
@@ -76,7 +81,7 @@ def evaluate_run(
     result = evaluate(scorer, params, sources.test, key=key, episodes=episodes,
                       strategy=resolve_strategy("auto", dev,
                                                 examples_per_task=task_size(sources.test)),
-                      device=dev)
+                      device=dev, precision=cfg.precision)
     run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
              **result.as_record()})
     return run, tag, result

@@ -38,6 +38,7 @@ from ..meta.step import meta_step
 from ..meta.strategy import STRATEGIES, resolve_strategy
 from ..params import Params
 from ..placement import resolve_device
+from ..precision import resolve_precision
 from ..train import (
     DIVERGENCE_BOUND,
     Groups,
@@ -150,7 +151,7 @@ def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
         params, opt, metrics = meta_step(
             learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
             lr=meta_lr_at(cfg, step), strategy=strategy,
-            reduce=all_reduce if env.active else None)
+            reduce=all_reduce if env.active else None, precision=cfg.precision)
         if env.active and (step + 1) % sync_every == 0:
             distributed.assert_in_sync(params, env, step + 1)
         return {"params": params, "opt": opt}, {
@@ -227,6 +228,10 @@ def meta_train(
     if env.active and cfg.strategy == "measure":
         cfg = replace(cfg, strategy="auto")  # timings differ per rank; ranks must agree
     dev = resolve_device(device)
+    precision, why = resolve_precision(cfg.precision, dev)
+    if cfg.precision != "float32" and env.is_main:
+        echo(f"precision: {precision} ({why})")
+    cfg = replace(cfg, precision=precision)  # config.json records the choice
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
                                       data_root=cfg.data_root, rotate=cfg.rotate,
@@ -260,7 +265,8 @@ def meta_train(
         def validate(step: int, groups: Groups) -> dict[str, float]:
             scorer = evaluation_learner(cfg, learner, groups["params"], sources, dev)
             res = evaluate(scorer, groups["params"], sources.val, key=keys.val,
-                           episodes=cfg.val_episodes, strategy=eval_strategy, device=dev)
+                           episodes=cfg.val_episodes, strategy=eval_strategy, device=dev,
+                           precision=cfg.precision)
             return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
         loop_cfg = LoopConfig(
@@ -292,7 +298,7 @@ def meta_train(
         final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
         test = evaluate(evaluation_learner(cfg, learner, final, sources, dev), final,
                         sources.test, key=keys.test, episodes=cfg.test_episodes,
-                        strategy=eval_strategy, device=dev)
+                        strategy=eval_strategy, device=dev, precision=cfg.precision)
         run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
         write_curves(run.path)
         echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..meta.registry import AlgorithmType, TaskInfo, algorithm_names, algorithm_type
 from ..meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
 from ..meta.strategy import CHOICES
+from ..precision import CHOICES as PRECISION_CHOICES
 
 META_OPTIMIZERS = ("adam", "sgd")
 
@@ -71,6 +72,7 @@ class MetaTrainConfig:
     cg_steps: int = ImamlSettings.cg_steps
     cg_tol: float = ImamlSettings.cg_tol
     strategy: str = "auto"
+    precision: str = "float32"
     seed: int = 0
     validate_every: int = 250
     val_episodes: int = 200
@@ -81,6 +83,7 @@ class MetaTrainConfig:
     def __post_init__(self) -> None:
         algorithm_type(self.algo)
         check_choice(_WHO, "--strategy", self.strategy, CHOICES)
+        check_choice(_WHO, "--precision", self.precision, PRECISION_CHOICES)
         for name in ("meta_batch", "steps", "test_episodes", "val_episodes", "checkpoint_every"):
             check_int(_WHO, option(name), getattr(self, name), minimum=1)
         for name in ("inner_steps", "inner_steps_eval", "validate_every", "first_order_until"):
