@@ -35,6 +35,11 @@ def export(
         help="Export a model whose outputs depend on the batch (batch norm with batch "
              "statistics) as it is, instead of refusing.")
     ] = False,
+    batched_exits: Annotated[bool, typer.Option(
+        "--batched-exits", rich_help_panel=EXPORT_PANEL,
+        help="An early-exit model: export the masked program (any batch, every block for "
+             "every row) instead of the per-sample one (batch 1, each exit a torch.cond that "
+             "skips the later blocks).")] = False,
     import_: ImportOption = None,
 ) -> None:
     """Rebuild the run's model, load its checkpoint and export it for plain PyTorch.
@@ -43,7 +48,9 @@ def export(
     Its outputs are checked to be per-sample (one sample alone = the same sample in a batch);
     a model normalising with batch statistics (meta-train's conv4) is refused unless
     --batch-dependent. A ProtoNet run exports its embedding network: [N, 64] features per
-    image, for prototypes of any number of classes, not class logits. A failed export is
+    image, for prototypes of any number of classes, not class logits. An early-exit run
+    exports its per-sample program (batch 1; an exit skips the later blocks) or, with
+    --batched-exits, its masked batch program. A failed export is
     one error line naming RUN_DIR/export-failure.txt, where torch's whole report is.
 
     Example: funcgraph export runs/omniglot --out model.pt2 --checkpoint best
@@ -53,11 +60,12 @@ def export(
     import_plugins(import_)
     shape = parse_shape(input_shape) if input_shape is not None else None
     done = export_run(run_dir, out, checkpoint=checkpoint, input_shape=shape,
-                      dynamic_batch=dynamic_batch, onnx=onnx, batch_dependent=batch_dependent)
+                      dynamic_batch=dynamic_batch, onnx=onnx, batch_dependent=batch_dependent,
+                      batched_exits=batched_exits)
     samples = "per-sample outputs" if done.per_sample else "outputs depend on the batch"
     console.print(
         f"exported {done.model_name} ({done.checkpoint}) to {done.path}: {done.ops} ops, "
-        f"{'dynamic' if dynamic_batch else 'static'} batch, input {list(done.input_shape)}, "
+        f"{'dynamic' if done.dynamic_batch else 'static'} batch, input {list(done.input_shape)}, "
         f"{samples}, max |reloaded - eager| = {done.max_abs_error:.2e}",
         highlight=False, markup=False, soft_wrap=True,
     )

@@ -10,8 +10,11 @@ loading the ``.pt2`` file is :mod:`funcgraph.export.artifact`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Mapping, Sequence
+import io
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,10 @@ class ExportWrapper(nn.Module):
             torch.ops.aten._assert_tensor_metadata.default(t, dtype=t.dtype)
         x = inputs[0] if len(inputs) == 1 else inputs
         y, _ = self._model.apply(params, state, x, key=None, train=False)
+        if isinstance(y, tuple) and hasattr(y, "_fields"):
+            # A named tuple (an early exit's ExitOutput) leaves as a plain tuple, in field
+            # order: loading the program then needs no funcgraph class.
+            return tuple(y)
         return y
 
 
@@ -143,14 +150,58 @@ def export(
         inputs = tuple(torch.cat([t, t]) if t.shape[0] == 1 else t for t in inputs)
         batch = torch.export.Dim("batch", min=1)
         dynamic = (tuple({0: batch} for _ in inputs),)  # one entry: the *inputs varargs
-    try:
-        program = torch.export.export(wrapper, inputs, dynamic_shapes=dynamic)
-    except Exception as e:  # torch raises many unrelated types; all mean "not exportable"
-        raise ExportError(_export_failure(model.name, e)) from e
+    failure: Exception | None = None
+    with torch_logs_kept() as logged:
+        try:
+            program = torch.export.export(wrapper, inputs, dynamic_shapes=dynamic)
+        except Exception as e:  # torch raises many unrelated types; all mean "not exportable"
+            failure = e
+    if failure is not None:
+        if logged:
+            failure.add_note("torch's log during the export:\n" + "\n".join(logged))
+        raise ExportError(_export_failure(model.name, failure)) from failure
     if path is not None:
-        save(program, path, model=model, example_inputs=inputs, dynamic_batch=dynamic_batch,
-             per_sample=coupling is None)
+        try:
+            save(program, path, model=model, example_inputs=inputs,
+                 dynamic_batch=dynamic_batch, per_sample=coupling is None)
+        except ExportError:
+            raise
+        except Exception as e:  # torch's serialiser refusing what the program holds
+            raise ExportError(_export_failure(model.name, e)) from e
     return program
+
+
+class _Kept(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def torch_logs_kept() -> Iterator[list[str]]:
+    """Keep what torch's loggers write inside the block (warnings and generated graph code a
+    failed trace prints) in the yielded list instead of on stderr: a failed export stays one
+    line, and its report (the error's notes) carries the log."""
+    lines: list[str] = []
+    handler = _Kept(lines)
+    names = ["torch", *(n for n in list(logging.root.manager.loggerDict)
+                        if n.startswith("torch."))]
+    loggers = [logging.getLogger(n) for n in names]
+    saved = [(lg, lg.handlers[:]) for lg in loggers]
+    for lg in loggers:
+        if lg.handlers:
+            lg.handlers = [handler]
+    printed = io.StringIO()  # what torch writes to sys.stderr itself
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield lines
+    finally:
+        for lg, handlers in saved:
+            lg.handlers = handlers
+        lines.extend(printed.getvalue().splitlines())
 
 
 def batch_coupling(model: Model, params: Params, state: State,

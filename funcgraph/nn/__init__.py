@@ -3,7 +3,14 @@
 from .compose import Children, composite, parallel, residual, serial
 from .conv_norm import conv_batch_norm, patch_moments
 from .dropout import dropout, embedding
-from .early_exit import ExitOutput, early_exit, early_exit_loss, with_threshold
+from .early_exit import (
+    ExitOutput,
+    early_exit,
+    early_exit_loss,
+    masked_exits,
+    per_sample_exits,
+    with_threshold,
+)
 from .functional import (
     adaptive_avg_pool2d,
     adaptive_max_pool2d,
@@ -43,6 +50,8 @@ __all__ = [
     "dropout",
     "early_exit",
     "early_exit_loss",
+    "masked_exits",
+    "per_sample_exits",
     "elu",
     "embedding",
     "flatten",

@@ -71,6 +71,12 @@ class Children:
         self.new_state.update(add_prefix(child_state, name))
         return y
 
+    def evaluation(self) -> Children:
+        """A fresh handle on the same children in evaluation, with no key: what it runs is
+        recorded in it, not here. A ``cond`` branch, which must not change state from outside
+        it, runs its children through one it makes."""
+        return Children(self._models, self.params, self._state, None, False)
+
 
 Forward = Callable[[Children, Any], Any]
 

@@ -27,7 +27,11 @@ The output is an :class:`ExitOutput` (``logits`` first, so a plain classificatio
 on it); :func:`early_exit_loss` also trains the exits. In evaluation a row's output does not
 depend on the rest of the batch when the blocks' do not (batch norm in eval mode uses running
 statistics). Shapes depend on the data, so the model runs eagerly and under ``grad``, not
-under ``vmap`` or ``torch.export``.
+under ``vmap`` or ``torch.export``; for export, two programs over the same params give the
+same outputs with shapes that do not: :func:`per_sample_exits` (one sample, each decision a
+``torch.cond`` whose exit branch skips the later blocks: the edge program) and
+:func:`masked_exits` (any batch, every row through every block, each keeping the output of
+its exit).
 
 :func:`with_threshold` changes the threshold of a built model (same params) without
 rebuilding it, e.g. to sweep the accuracy/cost trade-off after training.
@@ -40,11 +44,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .. import random
 from ..checks import check_fraction
+from ..control import cond
 from ..errors import ArgumentTypeError, ConfigError, KeyMissingError, ShapeError
 from ..model import Model
 from ..params import Params, State
@@ -74,6 +80,20 @@ class ExitOutput(NamedTuple):
 _OVERRIDE: ContextVar[float | None] = ContextVar("early_exit_threshold", default=None)
 """The threshold a :func:`with_threshold` model asks for. The first early exit its call runs
 reads it and clears it for its own blocks and heads, whose early exits keep their thresholds."""
+
+
+_FORM: ContextVar[str] = ContextVar("early_exit_form", default="eager")
+"""How the first early exit a call runs computes: ``eager`` (continuing rows gathered),
+``per_sample`` (one sample, decisions as ``cond``) or ``masked`` (every row, selected)."""
+
+
+@contextmanager
+def _form(form: str) -> Iterator[None]:
+    token = _FORM.set(form)
+    try:
+        yield
+    finally:
+        _FORM.reset(token)
 
 
 @contextmanager
@@ -197,10 +217,65 @@ def early_exit(
             rows = rows.index_select(0, local)
         return out
 
+    def run_per_sample(run: Children, x: Any, at: float) -> ExitOutput:
+        """One sample, each decision a :func:`funcgraph.cond`: exported, a ``torch.cond`` whose
+        exit branch skips the later blocks."""
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[0] != 1:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ShapeError(f"{name}: the per-sample program takes one sample (batch 1), got "
+                             f"{got}; use masked_exits for batches")
+
+        def after(k: int, h: Tensor) -> tuple[Tensor, ...]:
+            here = run.evaluation()  # cond branches must not change outside state
+            logits = here(head_names[k], h)
+            p, go = decide(here, k, h, logits, at)
+
+            def stop(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
+                return (logits.clone(), logits.new_ones(1, dtype=torch.bool), p.clone(),
+                        logits.clone())
+
+            def go_on(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
+                branch = run.evaluation()
+                deeper = branch(block_names[k + 1], h)
+                if k + 1 < n - 1:
+                    return after(k + 1, deeper)
+                return (branch(head_names[k + 1], deeper),
+                        logits.new_zeros(1, dtype=torch.bool), p.clone(), logits.clone())
+
+            return tuple(cond(go.reshape(()), go_on, stop, h, logits, p))
+
+        return ExitOutput(*after(0, run(block_names[0], x)))
+
+    def run_masked(run: Children, x: Any, at: float) -> ExitOutput:
+        """Every row through every block, each row's output selected where it stopped: the
+        same outputs as :func:`run_exits` with fixed shapes (exportable), at the cost of the
+        whole network for every row."""
+        h = run(block_names[0], x)
+        logits = run(head_names[0], h)
+        p, go = decide(run, 0, h, logits, at)
+        out, alive = ExitOutput(logits, ~go, p, logits), go
+        for k in range(1, n):
+            h = run(block_names[k], h)
+            logits = run(head_names[k], h)
+            if k == n - 1:
+                return out._replace(logits=torch.where(alive[:, None], logits, out.logits))
+            p, go = decide(run, k, h, logits, at)
+            out = ExitOutput(torch.where(alive[:, None], logits, out.logits),
+                             torch.where(alive, ~go, out.exited),
+                             torch.where(alive, p, out.continue_prob),
+                             torch.where(alive[:, None], logits, out.exit_logits))
+            alive = alive & go
+        return out
+
+    programs = {"eager": run_exits, "per_sample": run_per_sample, "masked": run_masked}
+
     def forward(run: Children, x: Any) -> ExitOutput:
-        asked = _OVERRIDE.get()
-        with _override(None):
-            return run_exits(run, x, threshold if asked is None else asked)
+        asked, form = _OVERRIDE.get(), _FORM.get()
+        if form != "eager" and run.train:
+            raise ConfigError(f"{name}: the {form} program is for evaluation (train=False); "
+                              "train the model itself")
+        with _override(None), _form("eager"):  # early exits inside the blocks stay eager
+            return programs[form](run, x, threshold if asked is None else asked)
 
     return composite(name, children, forward, threshold=threshold, exits=n - 1, **meta)
 
@@ -232,6 +307,40 @@ def with_threshold(model: Model, threshold: float) -> Model:
     return Model(model.init, apply, model.name, {**model.meta, "threshold": at})
 
 
+def _in_form(model: Model, form: str, fn: str) -> Model:
+    if "exits" not in model.meta:
+        raise ArgumentTypeError(f"{fn}: expected a Model built by funcgraph.nn.early_exit, got "
+                                f"{model.name!r}")
+
+    def apply(
+        params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
+    ) -> tuple[Any, State]:
+        with _form(form):
+            return model.apply(params, state, x, key=key, train=train)
+
+    return Model(model.init, apply, model.name, {**model.meta, "program": form})
+
+
+def per_sample_exits(model: Model) -> Model:
+    """``model`` (an :func:`early_exit`) for one sample at a time in evaluation, each exit
+    decision a :func:`funcgraph.cond` (``torch.cond`` under ``torch.export``): the exported
+    program skips the later blocks when the sample exits, the program for the edge. Same
+    params and outputs as ``model`` on a batch of one; ``x`` must have batch 1.
+
+    Example: ``funcgraph.export.export(per_sample_exits(m), params, state, x[:1],
+    dynamic_batch=False)``.
+    """
+    return _in_form(model, "per_sample", "per_sample_exits")
+
+
+def masked_exits(model: Model) -> Model:
+    """``model`` (an :func:`early_exit`) for batches in evaluation with fixed shapes: every
+    row runs every block and keeps the output of the exit where it stopped. Same outputs as
+    ``model`` row for row and exportable with a dynamic batch, but it computes the whole
+    network for every row (the eager model skips the blocks after a row's exit)."""
+    return _in_form(model, "masked", "masked_exits")
+
+
 def early_exit_loss(y: ExitOutput, labels: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Cross-entropy of the returned logits and of each row's exit head, plus the binary
     cross-entropy of the continue probability against "the exit head is wrong on this row"
@@ -251,4 +360,5 @@ def early_exit_loss(y: ExitOutput, labels: Tensor) -> tuple[Tensor, dict[str, Te
     return loss, metrics
 
 
-__all__ = ["ExitOutput", "early_exit", "early_exit_loss", "with_threshold"]
+__all__ = ["ExitOutput", "early_exit", "early_exit_loss", "masked_exits", "per_sample_exits",
+           "with_threshold"]

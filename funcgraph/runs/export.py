@@ -21,6 +21,7 @@ from ..export import export, export_onnx, onnx_available, onnx_files, read_metad
 from ..factory import meta_init
 from ..files import atomic_write
 from ..model import Model
+from ..nn import masked_exits, per_sample_exits
 from ..train import Run
 from .resolve import resolve_model
 
@@ -59,6 +60,7 @@ class Exported:
     max_abs_error: float
     per_sample: bool
     onnx_files: tuple[Path, ...] = ()
+    dynamic_batch: bool = True
 
 
 FAILURE_FILE = "export-failure.txt"
@@ -75,6 +77,7 @@ def export_run(
     dynamic_batch: bool = True,
     onnx: str | Path | None = None,
     batch_dependent: bool = False,
+    batched_exits: bool = False,
 ) -> Exported:
     """Export the run in ``run_dir`` at ``checkpoint`` to ``out`` (and to ``onnx`` if given).
 
@@ -84,6 +87,11 @@ def export_run(
     batch-dependent model as it is) and, for ``onnx``, that the ONNX exporter is installed.
     A failed export is one :class:`ExportError` line that names :data:`FAILURE_FILE` in the
     run directory, where torch's whole report is written.
+
+    An early-exit model (:func:`funcgraph.nn.early_exit`) exports as its per-sample program
+    (:func:`~funcgraph.nn.per_sample_exits`: batch 1, each exit a ``torch.cond`` that skips the
+    later blocks), or with ``batched_exits`` as its masked program
+    (:func:`~funcgraph.nn.masked_exits`: any batch, every block for every row).
     """
     for option, path, name in (("--out", out, "model.pt2"), ("--onnx", onnx, "model.onnx")):
         if path is not None and Path(path).is_dir():
@@ -97,10 +105,19 @@ def export_run(
     if not spec:
         raise ConfigError(f"{run_dir}/config.json has no 'model' entry to rebuild the model from")
     model = resolve_model(spec)
+    if batched_exits and "exits" not in model.meta:
+        raise ConfigError(f"--batched-exits: {model.name!r} has no early exits")
+    if "exits" in model.meta:
+        model = masked_exits(model) if batched_exits else per_sample_exits(model)
+        dynamic_batch = dynamic_batch and batched_exits  # the per-sample program takes one
     expect_params, expect_state = meta_init(model)
     groups, _ = run.load(checkpoint, expect={"params": expect_params, "state": expect_state})
     params, state = groups.get("params", {}), groups.get("state", {})
     shape = tuple(input_shape) if input_shape is not None else run_input_shape(model, run.config)
+    if model.meta.get("program") == "per_sample" and shape[0] != 1:
+        raise ConfigError(f"--input-shape {','.join(map(str, shape))}: the per-sample program "
+                          "of an early-exit model takes one sample (batch 1); pass "
+                          "--batched-exits for the masked batch program")
     x = random.normal(random.key(0), shape)
     try:
         program = export(model, params, state, x, dynamic_batch=dynamic_batch, path=out,
@@ -109,9 +126,9 @@ def export_run(
         raise _reported(e, run.path) from None
     expected, _ = model.apply(params, state, x, train=False)
     got = torch.export.load(str(out)).module()(x)
-    err = max((a - b).abs().max().item() for a, b in zip(
+    err = max((a.double() - b.double()).abs().max().item() for a, b in zip(
         torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got),
-        strict=True))
+        strict=True))  # as float64: bool outputs (an early exit's exited) compare too
     ops = sum(1 for n in program.graph.nodes if n.op == "call_function")
     written: tuple[Path, ...] = ()
     if onnx is not None:
@@ -122,7 +139,8 @@ def export_run(
             raise _reported(e, run.path) from None
         written = tuple(onnx_files(onnx))
     per_sample = read_metadata(out).get("per_sample") is True
-    return Exported(model.name, checkpoint, Path(out), shape, ops, err, per_sample, written)
+    return Exported(model.name, checkpoint, Path(out), shape, ops, err, per_sample, written,
+                    dynamic_batch)
 
 
 def _reported(error: ExportError, run_dir: Path) -> ExportError:
@@ -132,7 +150,8 @@ def _reported(error: ExportError, run_dir: Path) -> ExportError:
     if cause is None or not str(cause).strip():
         return error
     report = run_dir / FAILURE_FILE
-    atomic_write(report, (f"{error}\n\n{type(cause).__name__}: {cause}\n").encode())
+    notes = "".join(f"\n{note}\n" for note in getattr(cause, "__notes__", []))
+    atomic_write(report, (f"{error}\n\n{type(cause).__name__}: {cause}\n{notes}").encode())
     return ExportError(f"{error} (torch's full report: {report})")
 
 
