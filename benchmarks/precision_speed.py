@@ -14,7 +14,7 @@ float64 one on the same batch (relative L2 error).
 Whether bfloat16 is fast depends on the CPU: the run prints the CPU's bfloat16 flags
 (``funcgraph.precision.bf16_native``).
 
-    python benchmarks/precision.py [--queries 1,15] [--reps 5] [--record]
+    python benchmarks/precision_speed.py [--queries 1,15] [--reps 5] [--record]
 """
 
 from __future__ import annotations
