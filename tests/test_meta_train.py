@@ -347,3 +347,13 @@ def test_running_statistics_are_refused_before_a_run_starts(tmp_path: Path, args
                                  str(tmp_path / "run"), *TINY])
     assert result.exit_code == 2 and message in result.output, result.output
     assert not (tmp_path / "run").exists(), "a refused start left a run directory"
+
+
+def test_dry_run_estimates_the_time_per_step() -> None:
+    """``--dry-run`` times a short meta-step and prints its estimate for the whole run."""
+    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "40",
+                                 "--dry-run"])
+    assert result.exit_code == 0, result.output
+    [line] = [x for x in result.output.splitlines() if x.startswith("time: about ")]
+    seconds = float(line.split()[2])
+    assert 0 < seconds < 60 and "min for 40 steps (one step measured on 4 task(s)" in line

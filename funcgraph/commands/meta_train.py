@@ -218,7 +218,7 @@ def meta_train(
     from ..factory import parse_overrides
     from ..placement import resolve_device
     from ..runs import default_config, meta_train, task_sources
-    from ..runs.meta_train import model_config, plan_meta_train
+    from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
 
     start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
               out=out)
@@ -251,9 +251,15 @@ def meta_train(
     cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                           overrides=overrides))
     if env is None:
-        plan = plan_meta_train(cfg, sources, resolve_device(device), place=place)
-        show_plan(plan.cfg.to_json(), [f"parameters: {plan.parameters:,}",
-                                       f"memory: {plan.memory}", "dry run: nothing written"])
+        dev = resolve_device(device)
+        plan = plan_meta_train(cfg, sources, dev, place=place)
+        seconds, measured = estimate_step_seconds(plan.cfg, plan, sources, dev)
+        show_plan(plan.cfg.to_json(), [
+            f"parameters: {plan.parameters:,}", f"memory: {plan.memory}",
+            f"time: about {seconds:.3g} s per meta-step, {seconds * plan.cfg.steps / 60:.3g} "
+            f"min for {plan.cfg.steps:,} steps (one step measured on {measured} task(s), "
+            "scaled; validation not included)",
+            "dry run: nothing written"])
         return
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -161,6 +161,29 @@ def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
     return step_fn
 
 
+def estimate_step_seconds(cfg: MetaTrainConfig, plan: MetaTrainPlan, sources: TaskSources,
+                          device: torch.device, *, tasks: int = 4) -> tuple[float, int]:
+    """Seconds a meta-step of ``cfg`` will take, estimated from a short measurement: the
+    second of two meta-steps on ``tasks`` tasks (the first warms up), scaled by
+    ``meta_batch / tasks``. Returns ``(seconds, tasks measured)``; ``--dry-run`` prints it."""
+    n = min(cfg.meta_batch, tasks)
+    optimizer = meta_optimizer(cfg)
+    params = {k: v.to(device) for k, v in plan.params.items()}
+    opt = optimizer.init(params)
+    strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
+                                examples_per_task=task_size(sources.train))
+    keys = RunKeys.of(cfg.seed)
+    task_key, model_keys = keys.tasks(0, n)
+    batch = sources.train(task_key, n).with_keys(model_keys).to(device)
+    seconds = 0.0
+    for _ in range(2):
+        started = time.perf_counter()
+        meta_step(plan.learner, optimizer, params, opt, batch, step=0, lr=cfg.meta_lr,
+                  strategy=strategy, precision=resolve_precision(cfg.precision, device)[0])
+        seconds = time.perf_counter() - started
+    return seconds * cfg.meta_batch / n, n
+
+
 def resumed(run: Run, groups: Groups, dev: torch.device, env: distributed.DistEnv
             ) -> tuple[Groups, int, float | None, str | None]:
     """``(groups, start step, best value, strategy)`` from the run's ``last`` checkpoint; the
@@ -253,6 +276,8 @@ def meta_train(
         step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every)
 
         if strategy is None:
+            if cfg.strategy == "measure" and env.is_main:
+                echo("measuring the strategies on the first meta-batch (a few steps)")
             strategy = resolve_strategy(cfg.strategy, dev,
                                         examples_per_task=task_size(sources.train),
                                         probe=lambda s: step_fn(start, groups, s))
@@ -277,6 +302,7 @@ def meta_train(
             write=env.is_main, description=f"meta-train {cfg.algo}",
             meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
             divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
+            first_step=f"sampling {cfg.meta_batch:,} tasks, warming up",
         )
         def after_validation(step: int, figures: Mapping[str, float]) -> None:
             write_curves(run.path)
@@ -319,6 +345,7 @@ __all__ = [
     "default_algo",
     "default_config",
     "default_model_config",
+    "estimate_step_seconds",
     "evaluation_learner",
     "init_params",
     "meta_train",

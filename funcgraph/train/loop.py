@@ -46,6 +46,9 @@ class LoopConfig:
             (:func:`~funcgraph.train.divergence.check_diverged`; default: only NaN and
             infinite losses).
         rates: the learning rates by name, for the diverged message.
+        first_step: what the run's first step does beside the step itself (sampling its
+            data, warming up, compiling), shown on the bar until that step is done, so a
+            first step of minutes says what it is doing.
     """
 
     total_steps: int
@@ -62,6 +65,7 @@ class LoopConfig:
     meta: dict[str, Any] = field(default_factory=dict)
     divergence_bound: float = math.inf
     rates: dict[str, float] = field(default_factory=dict)
+    first_step: str = ""
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:
@@ -122,7 +126,9 @@ def run_loop(
     started = time.perf_counter()
     try:
         with progress:
-            bar = progress.add_task(cfg.description, total=cfg.total_steps, completed=start_step,
+            first = f"{cfg.description}: step {start_step + 1} ({cfg.first_step})" if (
+                cfg.first_step) else cfg.description
+            bar = progress.add_task(first, total=cfg.total_steps, completed=start_step,
                                     metrics="", rate="")
             for step in range(start_step, cfg.total_steps):
                 new_groups, metrics = step_fn(step, groups)
@@ -142,7 +148,8 @@ def run_loop(
                 rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
                 shown = {k: float(v) for k, v in metrics.items()}
                 progress.update(bar, completed=done, metrics=_fmt(shown),
-                                rate=f"{rate:.1f} {cfg.item_name}/s")
+                                rate=f"{rate:.1f} {cfg.item_name}/s",
+                                description=cfg.description)
                 if cfg.write and (done % cfg.log_every == 0 or done == cfg.total_steps):
                     run.log({"kind": "train", "step": done, **shown,
                              f"{cfg.item_name}_per_s": rate})
