@@ -19,6 +19,7 @@ from .common import (
     ImportOption,
     NprocOption,
     PlaceOption,
+    PrecisionOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
@@ -57,6 +58,7 @@ def train(
         help="Validate every N steps (default: 4 times per run; 0: only at the end).")
     ] = None,
     device: DeviceOption = "auto",
+    precision: PrecisionOption = None,
     seed: SeedOption = 0,
     threads: ThreadsOption = 0,
     dry_run: DryRunOption = False,
@@ -93,7 +95,8 @@ def train(
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
-                       lr=lr, seed=seed, validate_every=validate_every)
+                       lr=lr, seed=seed, validate_every=validate_every,
+                       precision="float32" if precision is None else precision.value)
     if dry_run:
         plan = plan_fit(cfg, resolve_device(device), place=place)
         show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",

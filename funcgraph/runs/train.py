@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,15 @@ import torch
 from torch import Tensor
 
 from .. import distributed, random
-from ..checks import check_int, check_rate, option
+from ..checks import check_choice, check_int, check_rate, option
 from ..data.registry import dataset_type
 from ..errors import ConfigError
 from ..factory.config import parse_value
 from ..model import Model
 from ..params import Params, State, count, nbytes, to
 from ..placement import placed_model
+from ..precision import CHOICES as PRECISION_CHOICES
+from ..precision import resolve_precision
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
 from ..train.supervised import (
@@ -91,8 +93,10 @@ class TrainConfig:
     seed: int = 0
     validate_every: int = 100
     checkpoint_every: int = 100
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
+        check_choice("train", "--precision", self.precision, PRECISION_CHOICES)
         for name in ("steps", "batch_size", "checkpoint_every"):
             check_int("train", option(name), getattr(self, name), minimum=1)
         check_int("train", "--validate-every", self.validate_every, minimum=0)
@@ -113,6 +117,7 @@ def train_config(
     lr: float | None = None,
     seed: int = 0,
     validate_every: int | None = None,
+    precision: str = "float32",
 ) -> TrainConfig:
     """The :class:`TrainConfig` for ``funcgraph train`` options.
 
@@ -123,6 +128,8 @@ def train_config(
         sets: ``--set`` overrides as text: ``depth=56`` sets a model hyperparameter,
             ``data.classes=20`` a data option (values are JSON literals or plain strings).
         steps, batch_size, lr, validate_every: override the preset's.
+        precision: the training step's compute, ``float32``, ``bf16`` or ``auto``
+            (:mod:`funcgraph.precision`; resolved for the device when the run starts).
     """
     if genotype is not None and model != "resnet-sd":
         raise ConfigError(f"--genotype trains the genotype's network; it cannot be combined "
@@ -163,7 +170,7 @@ def train_config(
         batch_size=batch_size if batch_size is not None else int(base.get("batch_size", 32)),
         lr=lr if lr is not None else float(base.get("lr", 2e-3)), seed=seed,
         validate_every=validate_every if validate_every is not None else max(total // 4, 1),
-        checkpoint_every=max(total // 10, 1),
+        checkpoint_every=max(total // 10, 1), precision=precision,
     )
 
 
@@ -293,6 +300,10 @@ def fit(
     from ..placement import resolve_device
 
     dev = resolve_device(device)
+    chosen, why = resolve_precision(cfg.precision, dev)
+    if cfg.precision != "float32" and (env is None or env.is_main):
+        echo(f"precision: {chosen} ({why})")
+    cfg = replace(cfg, precision=chosen)  # config.json records the choice
     plan = plan_fit(cfg, dev, place=place)
     model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
     loss_fn, k_train = plan.loss_fn, plan.train_key
@@ -314,7 +325,8 @@ def fit(
             if env.is_main:
                 run.truncate_metrics(start)
         sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
-        step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync)
+        step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync,
+                          precision=cfg.precision)
         mine = distributed.shard(cfg.batch_size, env)
         own_rows = torch.arange(mine.start, mine.stop, device=dev)
 

@@ -24,6 +24,7 @@ from ..errors import ConfigError, DataError, ShapeError
 from ..model import Model
 from ..nn.stochastic_depth import ran_metrics
 from ..params import Params, State, detach
+from ..precision import check_precision, in_precision
 from ..random import Key, randint
 from .optim import Optimizer
 
@@ -54,6 +55,7 @@ def train_step(
     *,
     loss_fn: OutputLoss = classification_loss,
     sync: Callable[[Params], Params] | None = None,
+    precision: str = "float32",
 ) -> TrainStep:
     """The pure training step of ``model`` under ``optimizer``.
 
@@ -63,6 +65,9 @@ def train_step(
     (derive it as ``fold_in(root, step)`` so runs resume bit-identically). ``sync``, when
     given, averages the gradients and the floating state (batch-norm running statistics)
     across data-parallel ranks before the update (:func:`funcgraph.distributed.all_reduce_mean`).
+    ``precision="bf16"`` computes the forward and backward's convolutions and matmuls in
+    bfloat16 (:mod:`funcgraph.precision`); params, gradients, state and the update stay
+    float32.
 
     Example::
 
@@ -77,11 +82,14 @@ def train_step(
         return loss, (new_state, metrics)
 
     grad_fn = torch.func.grad_and_value(loss_of, has_aux=True)
+    check_precision("train_step", precision)
 
     def step(params: Params, state: State, opt_state: Params, batch: Batch, key: Key, *,
              lr: float | None = None) -> tuple[Params, State, Params, dict[str, float]]:
         x, labels = batch
-        grads, (loss, (new_state, metrics)) = grad_fn(params, state, x, labels, key)
+        device = next(iter(params.values())).device.type if params else "cpu"
+        run = in_precision(grad_fn, precision, device)
+        grads, (loss, (new_state, metrics)) = run(params, state, x, labels, key)
         if sync is not None:
             grads = sync(grads)
             floating = {n: t for n, t in new_state.items() if t.is_floating_point()}
