@@ -101,7 +101,7 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
                                                 image_size=image_size, seeds=seeds,
                                                 against=against):
         out = study_dir / CONFIRM_DIR / f"{name}-{dataset}-s{cfg.seed}"
-        command = command_line(cfg, overrides) + f" --seed {cfg.seed}" * (cfg.seed != 0)
+        command = command_line(cfg, overrides)
         done = _test_of(out)
         if done is None:
             sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,

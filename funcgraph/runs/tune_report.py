@@ -96,7 +96,7 @@ def shown(value: float, study: Any) -> str:
 def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
     """``funcgraph meta-train ...`` that runs ``cfg``: the options that differ from the
     algorithm's defaults on the dataset, then the model's ``--set`` overrides."""
-    base = default_config(cfg.algo, cfg.dataset, tasks=cfg.tasks, image_size=cfg.image_size)
+    base = default_config(cfg.algo, cfg.dataset, tasks=cfg.tasks)
     words = ["funcgraph", "meta-train", "--algo", cfg.algo, "--dataset", cfg.dataset]
     for name, value in cfg.to_json().items():
         if name in NOT_OPTIONS or value == getattr(base, name) or value is None:
