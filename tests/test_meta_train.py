@@ -357,3 +357,17 @@ def test_dry_run_estimates_the_time_per_step() -> None:
     [line] = [x for x in result.output.splitlines() if x.startswith("time: about ")]
     seconds = float(line.split()[2])
     assert 0 < seconds < 60 and "min for 40 steps (one step measured on 4 task(s)" in line
+
+
+def test_a_run_from_before_the_precision_setting_resumes(tmp_path: Path) -> None:
+    """A run whose config.json predates ``precision`` ran in float32 and resumes as such."""
+    out = tmp_path / "old"
+    args = ["meta-train", "--dataset", "sinusoid", "--episodes", "3", "--out", str(out)]
+    assert runner.invoke(app, [*args, "--steps", "2"]).exit_code == 0
+    config = json.loads((out / "config.json").read_text())
+    del config["precision"]
+    (out / "config.json").write_text(json.dumps(config))
+    result = runner.invoke(app, [*args, "--steps", "3", "--resume"])
+    assert result.exit_code == 0, result.output
+    refused = runner.invoke(app, [*args, "--steps", "4", "--resume", "--precision", "bf16"])
+    assert refused.exit_code == 2 and "precision" in refused.output

@@ -263,7 +263,8 @@ def meta_train(
     cfg, learner, params = plan.cfg, plan.learner, plan.params
     keys = RunKeys.of(cfg.seed)
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
-                     tensorboard=tensorboard)
+                     tensorboard=tensorboard,
+                     added={"precision": "float32"})
     try:
         optimizer = meta_optimizer(cfg)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}

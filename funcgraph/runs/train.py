@@ -309,7 +309,8 @@ def fit(
     loss_fn, k_train = plan.loss_fn, plan.train_key
     env = env or distributed.DistEnv()
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
-                     tensorboard=tensorboard)
+                     tensorboard=tensorboard,
+                     added={"precision": "float32"})
     try:
         optimizer = adam(cfg.lr)
         # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any

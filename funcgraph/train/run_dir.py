@@ -58,6 +58,7 @@ class Run:
         may_change: Iterable[str] = ("steps",),
         env: distributed.DistEnv | None = None,
         tensorboard: bool = False,
+        added: Mapping[str, Any] | None = None,
     ) -> Run:
         """Start a new run in ``out``, or continue the one there with ``resume=True``.
 
@@ -73,7 +74,9 @@ class Run:
         config that rank 0 has just written and refuse it as an existing run.)
 
         ``tensorboard=True`` also writes every logged number as a TensorBoard scalar
-        (:mod:`funcgraph.train.events`; needs the ``tensorboard`` package).
+        (:mod:`funcgraph.train.events`; needs the ``tensorboard`` package). ``added`` names
+        config keys newer than some runs, with the value a run that predates a key ran with
+        (``{"precision": "float32"}``): such a run resumes when the new value is that one.
         """
         shared = env if env is not None and env.active else None
         if shared is not None and not shared.is_main:
@@ -86,7 +89,7 @@ class Run:
             require_tensorboard()
         lock = RunLock(path).acquire()
         try:
-            cls._check_start(path, resolved, resume, set(may_change))
+            cls._check_start(path, resolved, resume, set(may_change), dict(added or {}))
             atomic_write(path / CONFIG_FILE,
                          json.dumps(resolved, indent=2, sort_keys=True).encode())
         except BaseException:
@@ -98,7 +101,7 @@ class Run:
 
     @staticmethod
     def _check_start(path: Path, resolved: dict[str, Any], resume: bool,
-                     may_change: set[str]) -> None:
+                     may_change: set[str], added: dict[str, Any]) -> None:
         """Refuse what :meth:`create` refuses; clear the remains of a run that never saved."""
         stored_path = path / CONFIG_FILE
         done = _steps_done(path / "checkpoints" / "last") if stored_path.exists() else 0
@@ -115,7 +118,7 @@ class Run:
         if not resume:
             raise ConfigError(f"{path} already holds a run ({done} steps done); pass --resume "
                               "to continue it or --out for a new one")
-        stored = _read_config(stored_path)
+        stored = {**added, **_read_config(stored_path)}
         changed = sorted(k for k in set(stored) | set(resolved)
                          if k not in may_change and stored.get(k) != resolved.get(k))
         if changed:
