@@ -117,7 +117,20 @@ def bind(
         y, _ = model.apply(params, state, x, key=bound if key is None else key, train=train)
         return y
 
+    # What a meta-learner checks: a model with running statistics bound for evaluation would
+    # adapt with those statistics instead of each task's own (funcgraph.meta.check_apply).
+    f.funcgraph_bound = BoundInfo(model.name, train,  # type: ignore[attr-defined]
+                                  any(n.endswith("running_mean") for n in state))
     return f
+
+
+@dataclass(frozen=True)
+class BoundInfo:
+    """What :func:`bind` fixed, kept on the bound function as ``funcgraph_bound``."""
+
+    model: str
+    train: bool
+    running_stats: bool
 
 
 def stateless(

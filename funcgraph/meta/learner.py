@@ -55,7 +55,7 @@ from .. import random
 from ..checks import check_int
 from ..control import in_transform
 from ..errors import ConfigError, ShapeError
-from ..model import BoundApply
+from ..model import BoundApply, Model
 from ..params import Params, partition
 from ..random import Key
 from .settings import Settings
@@ -210,9 +210,21 @@ def check_apply(apply: BoundApply, who: str) -> tuple[BoundApply, bool]:
     carries a key raises a :class:`ConfigError` naming ``who`` rather than a ``TypeError``
     deep inside the inner loop.
     """
+    if isinstance(apply, Model):
+        raise ConfigError(f"{who}: got the Model {apply.name!r} itself; pass the function "
+                          f"funcgraph.bind(model, state, train=True)")
+    if isinstance(apply, torch.nn.Module):
+        raise ConfigError(f"{who}: got the nn.Module {type(apply).__name__}; convert it first: "
+                          "model = funcgraph.from_module(module); params, state = "
+                          "model.init(key); then pass funcgraph.bind(model, state, train=True)")
     if not callable(apply):
         raise ConfigError(f"{who}: apply must be a function f(params, x) -> prediction (e.g. "
                           f"funcgraph.bind(model, state, train=True)), got {apply!r}")
+    bound = getattr(apply, "funcgraph_bound", None)
+    if bound is not None and bound.running_stats and not bound.train:
+        raise ConfigError(f"{who}: {bound.model!r} is bound for evaluation (train=False), so "
+                          "its batch norm would adapt with running statistics instead of each "
+                          "task's own; pass funcgraph.bind(model, state, train=True)")
     if accepts_key(apply):
         return apply, True
     name = getattr(apply, "__qualname__", type(apply).__name__)

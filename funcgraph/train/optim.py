@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import ArgumentTypeError, ShapeError
+from ..checks import check_bool, check_fraction, check_int, check_number, check_rate
+from ..errors import ArgumentTypeError, ConfigError, ShapeError
 from ..params import Params, add_prefix, select
 
 
@@ -64,7 +65,16 @@ def _step(opt_state: Params, like: Tensor) -> Tensor:
 def sgd(
     lr: float, *, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
 ) -> Optimizer:
-    """SGD with optional momentum/Nesterov and L2 weight decay, as ``torch.optim.SGD``."""
+    """SGD with optional momentum/Nesterov and L2 weight decay, as ``torch.optim.SGD``.
+
+    The arguments are checked here: a rate that is not a finite number > 0, a negative
+    momentum or weight decay, or Nesterov without momentum is a ConfigError."""
+    check_rate("sgd", "lr", lr)
+    check_number("sgd", "momentum", momentum)
+    check_number("sgd", "weight_decay", weight_decay)
+    check_bool("sgd", "nesterov", nesterov)
+    if nesterov and momentum == 0:
+        raise ConfigError("sgd: nesterov needs momentum > 0, got momentum=0.0")
 
     def init(params: Params) -> Params:
         if momentum == 0.0:
@@ -106,7 +116,19 @@ def adam(
     weight_decay: float = 0.0,
     decoupled: bool = False,
 ) -> Optimizer:
-    """Adam (L2 weight decay, as ``torch.optim.Adam``) or AdamW (``decoupled=True``)."""
+    """Adam (L2 weight decay, as ``torch.optim.Adam``) or AdamW (``decoupled=True``).
+
+    The arguments are checked here: ``lr`` and ``eps`` finite and > 0, each beta in
+    ``[0, 1)``, ``weight_decay`` >= 0 (a ConfigError otherwise)."""
+    fn = "adamw" if decoupled else "adam"
+    check_rate(fn, "lr", lr)
+    check_rate(fn, "eps", eps)
+    check_number(fn, "weight_decay", weight_decay)
+    check_bool(fn, "decoupled", decoupled)
+    if not isinstance(betas, tuple | list) or len(betas) != 2:
+        raise ConfigError(f"{fn}: betas must be a pair (beta1, beta2), got {betas!r}")
+    for i, beta in enumerate(betas):
+        check_fraction(fn, f"betas[{i}]", beta)
     b1, b2 = betas
     name = "adamw" if decoupled else "adam"
 
@@ -146,7 +168,12 @@ def adam(
 
 
 def cosine_lr(base_lr: float, step: int, total_steps: int, *, min_lr: float = 0.0) -> float:
-    """Cosine annealing from ``base_lr`` at step 0 to ``min_lr`` at ``total_steps``."""
+    """Cosine annealing from ``base_lr`` at step 0 to ``min_lr`` at ``total_steps`` (each
+    argument checked: a finite rate > 0, a step >= 0, a length >= 1, a floor >= 0)."""
+    check_rate("cosine_lr", "base_lr", base_lr)
+    check_int("cosine_lr", "step", step, minimum=0)
+    check_int("cosine_lr", "total_steps", total_steps)
+    check_number("cosine_lr", "min_lr", min_lr)
     progress = min(max(step / max(total_steps, 1), 0.0), 1.0)
     return min_lr + 0.5 * (base_lr - min_lr) * (1 + math.cos(math.pi * progress))
 

@@ -1,0 +1,85 @@
+"""Mistakes that once passed without a word are refused where the object is built: an
+optimiser or schedule with an impossible argument, a learner given a Model or an nn.Module
+instead of a bound function, and a batch-norm model bound for evaluation under a learner."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from funcgraph import bind, from_module, nn, random
+from funcgraph.errors import ConfigError
+from funcgraph.meta import imaml, maml, mamlpp, protonet, reptile
+from funcgraph.train import adam, cosine_lr, sgd
+
+LEARNERS = [maml, mamlpp, imaml, reptile, lambda apply: protonet(apply, ways=5)]
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: adam(-1e-3), "adam: lr must be a finite number > 0, got -0.001"),
+    (lambda: adam(1e-3, decoupled=True, eps=0.0), "adamw: eps must be a finite number > 0"),
+    (lambda: adam(betas=(0.9, 1.0)), "adam: betas[1] must be in [0, 1)"),
+    (lambda: adam(betas=0.9), "adam: betas must be a pair"),  # type: ignore[arg-type]
+    (lambda: sgd(math.nan), "sgd: lr must be a finite number > 0, got nan"),
+    (lambda: sgd(0.1, momentum=-0.5), "sgd: momentum must be a finite number >= 0"),
+    (lambda: sgd(0.1, nesterov=True), "sgd: nesterov needs momentum > 0"),
+    (lambda: cosine_lr(0.1, -1, 10), "cosine_lr: step must be"),
+    (lambda: cosine_lr(0.1, 1, 0), "cosine_lr: total_steps must be"),
+])
+def test_optimisers_and_schedules_check_their_arguments_when_built(build, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build()
+
+
+@given(lr=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5),
+                    st.booleans(), st.text(max_size=3)))
+def test_any_learning_rate_is_a_step_or_a_clear_refusal(lr: object) -> None:
+    for make in (adam, sgd):
+        try:
+            opt = make(lr)  # type: ignore[arg-type]
+        except ConfigError:
+            continue
+        assert isinstance(lr, int | float) and not isinstance(lr, bool)
+        assert math.isfinite(lr) and lr > 0
+        p = {"w": torch.ones(2)}
+        new, _ = opt.update(p, {"w": torch.ones(2)}, opt.init(p))
+        assert not bool((new["w"] > p["w"]).any()), "a positive rate never steps uphill"
+
+
+def bn_model() -> tuple[nn.Model, dict, dict]:
+    model = nn.serial(nn.conv2d(1, 2, 3), nn.batch_norm(2), nn.flatten(), nn.linear(2 * 4 * 4, 5))
+    params, state = model.init(random.key(0))
+    return model, params, state
+
+
+@pytest.mark.parametrize("learner", LEARNERS, ids=["maml", "mamlpp", "imaml", "reptile", "protonet"])
+def test_a_learner_refuses_a_model_or_module_with_the_fix(learner) -> None:
+    model, _, state = bn_model()
+    with pytest.raises(ConfigError, match=r"got the Model 'serial' itself; pass the function "
+                                          r"funcgraph.bind\(model, state, train=True\)"):
+        learner(model)
+    with pytest.raises(ConfigError, match="got the nn.Module Conv2d; convert it first"):
+        learner(torch.nn.Conv2d(1, 2, 3))
+
+
+@pytest.mark.parametrize("learner", LEARNERS, ids=["maml", "mamlpp", "imaml", "reptile", "protonet"])
+def test_batch_norm_bound_for_evaluation_is_refused_under_a_learner(learner) -> None:
+    model, _, state = bn_model()
+    assert "0.running_mean" not in state and "1.running_mean" in state
+    with pytest.raises(ConfigError, match=r"bound for evaluation \(train=False\)"):
+        learner(bind(model, state))
+    learner(bind(model, state, train=True))  # the fix is accepted
+    learner(bind(model, {}))  # no running statistics: batch statistics either way
+
+
+def test_a_converted_module_with_batch_norm_bound_for_evaluation_is_refused() -> None:
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    model = from_module(module)
+    _, state = model.init(random.key(0))
+    with pytest.raises(ConfigError, match="bound for evaluation"):
+        maml(bind(model, state))
