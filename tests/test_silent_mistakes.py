@@ -18,6 +18,7 @@ from funcgraph.meta import imaml, maml, mamlpp, protonet, reptile
 from funcgraph.train import adam, cosine_lr, sgd
 
 LEARNERS = [maml, mamlpp, imaml, reptile, lambda apply: protonet(apply, ways=5)]
+NAMES = ["maml", "mamlpp", "imaml", "reptile", "protonet"]
 
 
 @pytest.mark.parametrize(("build", "message"), [
@@ -57,7 +58,7 @@ def bn_model() -> tuple[nn.Model, dict, dict]:
     return model, params, state
 
 
-@pytest.mark.parametrize("learner", LEARNERS, ids=["maml", "mamlpp", "imaml", "reptile", "protonet"])
+@pytest.mark.parametrize("learner", LEARNERS, ids=NAMES)
 def test_a_learner_refuses_a_model_or_module_with_the_fix(learner) -> None:
     model, _, state = bn_model()
     with pytest.raises(ConfigError, match=r"got the Model 'serial' itself; pass the function "
@@ -67,7 +68,7 @@ def test_a_learner_refuses_a_model_or_module_with_the_fix(learner) -> None:
         learner(torch.nn.Conv2d(1, 2, 3))
 
 
-@pytest.mark.parametrize("learner", LEARNERS, ids=["maml", "mamlpp", "imaml", "reptile", "protonet"])
+@pytest.mark.parametrize("learner", LEARNERS, ids=NAMES)
 def test_batch_norm_bound_for_evaluation_is_refused_under_a_learner(learner) -> None:
     model, _, state = bn_model()
     assert "0.running_mean" not in state and "1.running_mean" in state

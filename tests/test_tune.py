@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError, RunDirectoryError
-from funcgraph.runs import tune as tune_module
+from funcgraph.runs import tune_objective
 from funcgraph.runs.tune import TuneOptions, tune
 from funcgraph.runs.tune_report import best_command, table, trial_rows
 from funcgraph.runs.tune_space import parse_space
@@ -147,7 +147,7 @@ def test_a_diverged_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path: 
 
 def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tune_module.meta_train
+    real = tune_objective.meta_train
     calls: list[bool] = []
 
     def interrupted_once(cfg, out, **kw):  # type: ignore[no-untyped-def]
@@ -158,7 +158,7 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
             kw["on_validation"] = stop
         return real(cfg, out, **kw)
 
-    monkeypatch.setattr(tune_module, "meta_train", interrupted_once)
+    monkeypatch.setattr(tune_objective, "meta_train", interrupted_once)
     opts = options(tmp_path, trials=1, pruner="none")
     with pytest.raises(KeyboardInterrupt):
         tune(opts, echo=lambda _: None)

@@ -146,8 +146,8 @@ def show(
 
 def _open(study: Path, storage: str | None) -> tuple[Any, Any]:
     from ..errors import ConfigError
-    from ..runs.tune import SPACE_FILE, TuneOptions, open_study
     from ..runs.tune_space import load_space
+    from ..runs.tune_study import SPACE_FILE, TuneOptions, open_study
 
     if not (study / SPACE_FILE).is_file():
         raise ConfigError(f"{study}: not a study directory (no {SPACE_FILE}); start one with "

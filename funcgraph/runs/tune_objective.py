@@ -1,0 +1,154 @@
+"""One trial of ``funcgraph tune``: draw the knobs, meta-train the trial's run directory,
+report each validation to the pruner, return the best validation figure; and a trial's line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .meta_plan import model_config
+from .meta_train import meta_train
+from .task_sources import TaskSources, task_sources
+from .tune_study import CAP_CHECK_STEPS, TRIALS_DIR, Echo, TuneOptions, metric_of
+
+
+def trial_dir(study_dir: Path, number: int) -> Path:
+    return study_dir / TRIALS_DIR / f"trial-{number:04d}"
+
+
+def best_validation(run_dir: Path, metric: str) -> float | None:
+    """The best validation ``metric`` in a run's ``metrics.jsonl`` (the ``best``
+    checkpoint's: the highest accuracy, the lowest error), or ``None`` before its first
+    validation."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    values = [r[metric] for line in path.read_text().splitlines() if line.strip()
+              for r in [json.loads(line)] if r.get("kind") == "validation" and metric in r]
+    if not values:
+        return None
+    return max(values) if metric == "acc" else min(values)
+
+
+class Objective:
+    """One trial: draw the knobs, meta-train the trial's run directory, report each
+    validation, return the best validation accuracy."""
+
+    def __init__(self, opts: TuneOptions, echo: Echo, worker: int = 0) -> None:
+        self.opts, self.echo, self.worker = opts, echo, worker
+        self._sources: dict[tuple[Any, ...], TaskSources] = {}
+
+    def sources(self, cfg: Any) -> TaskSources:
+        key = (cfg.dataset, cfg.tasks, cfg.train_queries, cfg.data_root, cfg.rotate,
+               cfg.image_size)
+        if key not in self._sources:
+            self._sources[key] = task_sources(cfg.dataset, spec=cfg.tasks,
+                                              train_queries=cfg.train_queries,
+                                              data_root=cfg.data_root, rotate=cfg.rotate,
+                                              image_size=cfg.image_size)
+        return self._sources[key]
+
+    def __call__(self, trial: Any) -> float:
+        import optuna
+
+        space = self.opts.space
+        drawn = {k.name: draw(trial, k) for k in space.knobs}
+        origin = int(trial.user_attrs.get("retry_of", trial.number))
+        out = trial_dir(self.opts.study_dir, origin)
+        trial.set_user_attr("run_dir", str(out.relative_to(self.opts.study_dir)))
+        trial.set_user_attr("worker", self.worker)
+        started = time.process_time()
+        try:
+            cfg = space.config(drawn)
+            sources = self.sources(cfg)
+            cfg = replace(cfg, model=model_config(cfg.algo, sources,
+                                                  overrides=space.model_overrides(drawn)))
+            metric = metric_of(space)
+
+            begun: list[int] = []  # the step this attempt started from (a retry resumes)
+
+            def over_cap(step: int) -> None:
+                used, base = time.process_time() - started, begun[0] if begun else 0
+                cap = self.opts.trial_cpu_s
+                if cap is not None and used * (cfg.steps - base) / max(1, step - base) > cap:
+                    raise optuna.TrialPruned(f"over the CPU cap: {used:.0f} CPU s at step "
+                                             f"{step} of {cfg.steps}")
+
+            def report(step: int, figures: Any) -> None:
+                trial.set_user_attr("cpu_s", round(time.process_time() - started, 2))
+                if metric in figures:
+                    trial.report(float(figures[metric]), step)
+                over_cap(step)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at step {step}")
+
+            def early(step: int) -> None:
+                if not begun:
+                    begun.append(step - 1)
+                if step - begun[0] == CAP_CHECK_STEPS:
+                    over_cap(step)
+
+            meta_train(cfg, out, resume=(out / "config.json").is_file(),
+                       device=self.opts.device, sources=sources, show_progress=False,
+                       echo=self.echo, on_validation=report, on_step=early, score_test=False)
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            raise
+        except optuna.TrialPruned as e:
+            trial.set_user_attr("pruned", str(e))
+            raise
+        except Exception as e:
+            trial.set_user_attr("failure", f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            raise
+        finally:
+            trial.set_user_attr("cpu_s", round(time.process_time() - started, 2))
+        value = best_validation(out, metric)
+        if value is None:
+            raise ConfigError(f"trial {trial.number}: no validation ran (set validate_every)")
+        return value
+
+
+def draw(trial: Any, knob: Any) -> Any:
+    """The trial's value of ``knob`` from Optuna's ``suggest_*``."""
+    if knob.kind == "choice":
+        return trial.suggest_categorical(knob.name, list(knob.choices))
+    if knob.kind == "int":
+        return trial.suggest_int(knob.name, int(knob.low), int(knob.high), log=knob.log)
+    return trial.suggest_float(knob.name, float(knob.low), float(knob.high), log=knob.log)
+
+
+def describe(trial: Any, metric: str = "acc") -> str:
+    """One line for a finished trial."""
+    state = trial.state.name.lower()
+    cpu = f"{float(trial.user_attrs.get('cpu_s', 0)):.0f} CPU s"
+    params = " ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
+    if state == "complete":
+        head = f"trial {trial.number}: {metric} {_value(trial.value, metric)}"
+    elif state == "pruned":
+        steps = max(trial.intermediate_values, default=0)
+        last = trial.intermediate_values.get(steps)
+        why = trial.user_attrs.get("pruned", f"pruned at step {steps}")
+        head = f"trial {trial.number}: {why}" + (
+            f" ({metric} {_value(last, metric)})" if last is not None else "")
+    else:
+        reason = trial.user_attrs.get("failure") or (
+            "interrupted" if trial.user_attrs.get("interrupted") else "failed")
+        head = f"trial {trial.number}: failed ({reason})"
+    return f"{head}, {cpu}; {params}"
+
+
+def _value(value: float, metric: str) -> str:
+    """A validation figure as shown: accuracy in percent, an error as is."""
+    return f"{100 * value:.2f}%" if metric == "acc" else f"{value:.4g}"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+__all__ = ["Objective", "best_validation", "describe", "draw", "trial_dir"]
