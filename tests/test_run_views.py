@@ -64,6 +64,11 @@ def test_runs_lists_each_status_and_its_json_round_trips(three_runs: Path) -> No
     assert json.loads(json.dumps(list(rows.values()))) == list(rows.values())
     table = invoke("runs", str(three_runs), "--sort", "status")
     assert "interrupted" in table and "finished" in table, table
+    lines = table.splitlines()
+    assert max(map(len, lines)) <= 80, "readable at 80 columns"
+    names = [line.split()[0] for line in lines if line and not line.startswith(" ")]
+    assert set(names) >= {"finished", "interrupted", "failed"}, lines  # names unbroken
+    assert any(line.strip() == "meta-train maml (mlp) sinusoid 10shot" for line in lines), lines
 
 
 def test_runs_says_in_use_while_a_process_holds_the_run(three_runs: Path) -> None:

@@ -97,6 +97,10 @@ def test_trials_are_run_directories_chosen_on_validation(tmp_path: Path) -> None
             assert t.value == min(vals), "the objective is the best validation"
         assert float(t.user_attrs["cpu_s"]) > 0
     assert sum(line.startswith("trial ") for line in lines) == 3, lines
+    listed = runner.invoke(app, ["runs", str(tmp_path / "study" / "trials"), "--json"])
+    states = {r["name"]: r["status"] for r in json.loads(listed.output)}
+    assert all(states[t.user_attrs["run_dir"].split("/")[-1]] == "finished" for t in finished
+               if t.state.name == "COMPLETE"), states
     # A trial's run directory is a run: evaluate scores it.
     result = runner.invoke(app, ["evaluate", str(tmp_path / "study" / "trials" / "trial-0000"),
                                  "--episodes", "3"])

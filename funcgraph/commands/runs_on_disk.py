@@ -49,9 +49,6 @@ def runs(
 
     Example: funcgraph runs runs/ --sort test --reverse
     """
-    from rich.markup import escape
-    from rich.table import Table
-
     from ..runs.summaries import summarize_all
 
     rows = summarize_all(folders or [Path("runs")])
@@ -62,19 +59,21 @@ def runs(
     if as_json:
         console.print_json(json.dumps([r.to_json() for r in rows]))
         return
-    table = Table(title=f"{len(rows)} run(s)")
-    for column in ("run", "command", "model", "data", "steps", "best val", "test", "time"):
-        table.add_column(column, justify="right" if column in ("steps", "time") else "left",
-                         overflow="fold")
-    table.add_column("status", no_wrap=True, min_width=11)
+    # Three short lines a run (its name and state; what it ran; its figures), so the listing
+    # reads at 80 columns without a word broken across lines.
+    console.print(f"{len(rows)} run(s)", highlight=False)
     for r in rows:
         steps = f"{r.steps_done}/{r.steps_planned}" if r.steps_planned else str(r.steps_done)
-        test = _pct(r.test, r.metric) + (f" +- {_pct(r.test_ci95, r.metric)}"
-                                         if r.test_ci95 else "")
-        table.add_row(*(escape(v) for v in (
-            r.name, r.command, r.model, r.data, steps, _pct(r.best_validation, r.metric), test,
-            f"{r.seconds:.0f} s" if r.seconds is not None else "", r.status)))
-    console.print(table)
+        time_ = f", {r.seconds:.0f} s" if r.seconds is not None else ""
+        figures = [f"steps {steps}"]
+        if r.best_validation is not None:
+            figures.append(f"best val {_pct(r.best_validation, r.metric)}")
+        if r.test is not None:
+            figures.append(f"test {_pct(r.test, r.metric)}" + (
+                f" +- {_pct(r.test_ci95, r.metric)}" if r.test_ci95 else ""))
+        what = " ".join(v for v in (r.command, r.model, r.data) if v)
+        for line in (f"{r.name}  ({r.status}{time_})", f"  {what}", "  " + ",  ".join(figures)):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @user_errors

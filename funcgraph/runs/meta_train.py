@@ -318,7 +318,8 @@ def meta_train(
                               after_step=on_step)
         if not env.is_main:
             return MetaTrainResult(run, groups["params"], None)
-        if not score_test:
+        if not score_test:  # the run ends here: `funcgraph runs` lists it as finished
+            run.log({"kind": "final", "step": cfg.steps, "test": "not scored"})
             write_curves(run.path)
             return MetaTrainResult(run, groups["params"], None)
         tag = "best" if run.has_checkpoint("best") else "last"
