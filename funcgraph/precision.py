@@ -94,12 +94,21 @@ def in_precision(fn: F, precision: str, device_type: str) -> F:
     return wrapped  # type: ignore[return-value]
 
 
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` here (never for devices autocast does not
+    know, such as ``meta``)."""
+    try:
+        return bool(torch.is_autocast_enabled(device_type))
+    except RuntimeError:  # "unknown device type for autocast"
+        return False
+
+
 @contextlib.contextmanager
 def full_precision(x: Tensor) -> Iterator[None]:
     """Suspend autocast for ``x``'s device inside the block (statistics such as batch norm's
     mean and variance are computed in float32); nothing changes when autocast is off."""
     kind = x.device.type
-    if torch.is_autocast_enabled(kind):
+    if autocast_on(kind):
         with torch.autocast(kind, enabled=False):
             yield
     else:
@@ -109,11 +118,12 @@ def full_precision(x: Tensor) -> Iterator[None]:
 def autocast_float32(x: Tensor) -> Tensor:
     """``x`` as float32 where autocast is on and ``x`` is an op's bfloat16 or float16 output;
     else ``x`` itself (a model built in bfloat16 without autocast keeps its dtype)."""
-    if x.dtype in LOW_PRECISION and torch.is_autocast_enabled(x.device.type):
+    if x.dtype in LOW_PRECISION and autocast_on(x.device.type):
         return x.float()
     return x
 
 
-__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "bf16_native",
+__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "autocast_on",
+           "bf16_native",
            "autocast_float32", "check_precision", "cpu_flags", "full_precision", "in_precision",
            "resolve_precision"]
