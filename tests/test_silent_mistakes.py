@@ -22,11 +22,11 @@ NAMES = ["maml", "mamlpp", "imaml", "reptile", "protonet"]
 
 
 @pytest.mark.parametrize(("build", "message"), [
-    (lambda: adam(-1e-3), "adam: lr must be a finite number > 0, got -0.001"),
+    (lambda: adam(-1e-3), "adam: lr must be a finite number >= 0.0, got -0.001"),
     (lambda: adam(1e-3, decoupled=True, eps=0.0), "adamw: eps must be a finite number > 0"),
     (lambda: adam(betas=(0.9, 1.0)), "adam: betas[1] must be in [0, 1)"),
     (lambda: adam(betas=0.9), "adam: betas must be a pair"),  # type: ignore[arg-type]
-    (lambda: sgd(math.nan), "sgd: lr must be a finite number > 0, got nan"),
+    (lambda: sgd(math.nan), "sgd: lr must be a finite number >= 0.0, got nan"),
     (lambda: sgd(0.1, momentum=-0.5), "sgd: momentum must be a finite number >= 0"),
     (lambda: sgd(0.1, nesterov=True), "sgd: nesterov needs momentum > 0"),
     (lambda: cosine_lr(0.1, -1, 10), "cosine_lr: step must be"),
@@ -46,10 +46,10 @@ def test_any_learning_rate_is_a_step_or_a_clear_refusal(lr: object) -> None:
         except ConfigError:
             continue
         assert isinstance(lr, int | float) and not isinstance(lr, bool)
-        assert math.isfinite(lr) and lr > 0
+        assert math.isfinite(lr) and lr >= 0
         p = {"w": torch.ones(2)}
         new, _ = opt.update(p, {"w": torch.ones(2)}, opt.init(p))
-        assert not bool((new["w"] > p["w"]).any()), "a positive rate never steps uphill"
+        assert not bool((new["w"] > p["w"]).any()), "a rate >= 0 never steps uphill"
 
 
 def bn_model() -> tuple[nn.Model, dict, dict]:

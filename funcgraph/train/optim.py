@@ -67,9 +67,10 @@ def sgd(
 ) -> Optimizer:
     """SGD with optional momentum/Nesterov and L2 weight decay, as ``torch.optim.SGD``.
 
-    The arguments are checked here: a rate that is not a finite number > 0, a negative
-    momentum or weight decay, or Nesterov without momentum is a ConfigError."""
-    check_rate("sgd", "lr", lr)
+    The arguments are checked here: a rate that is not a finite number >= 0 (0 freezes the
+    params), a negative momentum or weight decay, or Nesterov without momentum is a
+    ConfigError."""
+    check_number("sgd", "lr", lr)
     check_number("sgd", "momentum", momentum)
     check_number("sgd", "weight_decay", weight_decay)
     check_bool("sgd", "nesterov", nesterov)
@@ -118,10 +119,11 @@ def adam(
 ) -> Optimizer:
     """Adam (L2 weight decay, as ``torch.optim.Adam``) or AdamW (``decoupled=True``).
 
-    The arguments are checked here: ``lr`` and ``eps`` finite and > 0, each beta in
-    ``[0, 1)``, ``weight_decay`` >= 0 (a ConfigError otherwise)."""
+    The arguments are checked here: ``lr`` finite and >= 0 (0 freezes the params), ``eps``
+    finite and > 0, each beta in ``[0, 1)``, ``weight_decay`` >= 0 (a ConfigError
+    otherwise)."""
     fn = "adamw" if decoupled else "adam"
-    check_rate(fn, "lr", lr)
+    check_number(fn, "lr", lr)
     check_rate(fn, "eps", eps)
     check_number(fn, "weight_decay", weight_decay)
     check_bool(fn, "decoupled", decoupled)
@@ -169,8 +171,8 @@ def adam(
 
 def cosine_lr(base_lr: float, step: int, total_steps: int, *, min_lr: float = 0.0) -> float:
     """Cosine annealing from ``base_lr`` at step 0 to ``min_lr`` at ``total_steps`` (each
-    argument checked: a finite rate > 0, a step >= 0, a length >= 1, a floor >= 0)."""
-    check_rate("cosine_lr", "base_lr", base_lr)
+    argument checked: a finite rate >= 0, a step >= 0, a length >= 1, a floor >= 0)."""
+    check_number("cosine_lr", "base_lr", base_lr)
     check_int("cosine_lr", "step", step, minimum=0)
     check_int("cosine_lr", "total_steps", total_steps)
     check_number("cosine_lr", "min_lr", min_lr)
