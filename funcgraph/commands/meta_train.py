@@ -103,7 +103,9 @@ def meta_train(
         help=f"Inner learning rate (default {defaults_help('inner_lr')}; sinusoid 0.01).")
     ] = None,
     meta_lr: Annotated[float | None, typer.Option(
-        rich_help_panel=META_STEP_PANEL, help="Adam learning rate of the meta-step.")] = None,
+        rich_help_panel=META_STEP_PANEL,
+        help=f"Adam learning rate of the meta-step (default 0.003; {recipe_help('meta_lr')}).")
+    ] = None,
     first_order: Annotated[bool, typer.Option(
         "--first-order", rich_help_panel=ALGORITHM_PANEL,
         help="Drop the second-order term (first-order MAML).")] = False,
@@ -136,7 +138,8 @@ def meta_train(
     msl_anneal_steps: Annotated[int | None, typer.Option(
         rich_help_panel=SPECIFIC_PANEL,
         min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
-                               "towards the last inner step (default: 15% of --steps).")] = None,
+                               "towards the last inner step (default: 19.19% of "
+                               "--steps).")] = None,
     first_order_until: Annotated[int | None, typer.Option(
         rich_help_panel=SPECIFIC_PANEL,
         min=0, max=10**7, help="MAML++: first-order meta-gradients before this meta-step "
@@ -165,9 +168,10 @@ def meta_train(
         min=1, max=1000,
         help=f"Query examples per class in meta-training (default 1; "
              f"{recipe_help('train_queries')}).")] = None,
-    rotate: Annotated[bool, typer.Option(
-        "--rotate", rich_help_panel=TASKS_PANEL,
-        help="Add 90/180/270-degree rotated classes to training (MAML protocol).")] = False,
+    rotate: Annotated[bool | None, typer.Option(
+        "--rotate/--no-rotate", rich_help_panel=TASKS_PANEL,
+        help="Add 90/180/270-degree rotated classes to training (MAML protocol; default: "
+             "on for mamlpp).")] = None,
     strategy: Annotated[StrategyChoice, typer.Option(
         rich_help_panel=ALGORITHM_PANEL,
         help="Run tasks in a loop, on one worker thread per CPU thread (--threads), or "
@@ -236,7 +240,7 @@ def meta_train(
         first_order_until=first_order_until, bn_running_stats=bn_running_stats or None,
         imaml_lambda=imaml_lambda, cg_steps=cg_steps,
         cg_tol=cg_tol,
-        rotate=rotate or None,
+        rotate=rotate,
         strategy=strategy.value, precision=None if precision is None else precision.value,
         validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,

@@ -72,18 +72,25 @@ class TaskInfo:
 class Recipe:
     """The run settings an algorithm was tuned with, where they differ from the run's own
     defaults (``None``: the run's default). ``funcgraph meta-train --algo NAME`` starts
-    from these."""
+    from these. A setting that only makes sense for the recipe's run length
+    (``first_order_until``, a step number) lives here, not in the settings record, whose
+    defaults are the library function's."""
 
     meta_batch: int | None = None
     steps: int | None = None
     train_queries: int | None = None
     meta_lr: float | None = None
     cosine_meta_lr: bool | None = None
+    rotate: bool | None = None
+    first_order_until: int | None = None
+    hidden: int | None = None
+    """The width (hidden channels) of the default conv4 on image tasks."""
 
     def given(self) -> dict[str, Any]:
-        """The fields that are set, by name."""
+        """The run options that are set, by name (``hidden`` is the model's: see
+        :attr:`hidden`)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
+                if getattr(self, f.name) is not None and f.name != "hidden"}
 
 
 @dataclass(frozen=True)
@@ -257,16 +264,19 @@ register_algorithm("metasgd", settings=MamlSettings, build=f"{_MAML}:build_metas
                    summary="learned per-parameter inner rates", second_order=True, remat=True)
 register_algorithm("anil", settings=MamlSettings, build=f"{_MAML}:build_anil",
                    summary="adapts only the head", second_order=True, remat=True)
-# MAML++ (Antoniou et al. 2019), chosen on glyphs 5-way 1-shot against MAML's default run at
-# about the same CPU time: 650 steps of 16 tasks with 3 queries per class (a less noisy query
-# loss per task, more updates than MAML's 500 x 32) and a cosine-annealed meta learning rate.
-# Recorded results: docs/results/meta-learning.md.
+# MAML++ (Antoniou et al. 2019): the recipe a settings study found on glyphs 5-way 1-shot
+# (funcgraph tune over benchmarks/spaces/mamlpp_glyphs.toml, chosen on the validation
+# alphabets, 15 CPU-minutes a trial at most) and confirmed unchanged on rgb-shapes with three
+# seeds: 1,480 steps of 16 tasks with 3 queries per class, first order for the first 95,
+# Adam at 1.368e-3 annealed by a cosine, rotated classes, conv4 of width 32. Recorded
+# results: docs/results/meta-learning.md.
 register_algorithm("mamlpp", settings=MamlppSettings,
                    build="funcgraph.meta.mamlpp:build_mamlpp",
                    summary="MAML++: per-step rates and batch norm, multi-step loss",
                    second_order=True, running_stats=True,
                    recipe=Recipe(meta_batch=16, steps=MAMLPP_META_STEPS, train_queries=3,
-                                 cosine_meta_lr=True))
+                                 meta_lr=1.368e-3, cosine_meta_lr=True, rotate=True,
+                                 first_order_until=95, hidden=32))
 register_algorithm("imaml", settings=ImamlSettings, build="funcgraph.meta.imaml:build_imaml",
                    summary="implicit MAML, conjugate gradients")
 # Reptile: Adam 3e-3 on the pseudo-gradient; 5 queries per class give the inner minibatches.

@@ -19,6 +19,7 @@ from .. import random
 from ..errors import ConfigError
 from ..meta.evaluate import TaskSampler
 from ..meta.learner import MetaLearner
+from ..meta.registry import algorithm_type
 from ..meta.strategy import examples_per_task, resolve_strategy
 from ..model import Model, bind
 from ..params import Params, count, nbytes
@@ -39,12 +40,14 @@ from .task_sources import TaskSources
 
 
 def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:
-    """``config["model"]`` for the built-in models: conv4 (no head for protonet) or the MLP."""
+    """``config["model"]`` for the built-in models: conv4 (no head for protonet; its width the
+    algorithm's recipe's, else 64) or the MLP."""
     if sources.kind == "regression":
         return {"name": "mlp", "in_features": 1, "out_features": 1, "hidden": [40, 40]}
+    hidden = algorithm_type(algo).recipe.hidden or 64  # the algorithm's recipe may say
     return {"name": "conv4", "ways": None if algo == "protonet" else sources.ways,
-            "in_channels": sources.in_channels, "hidden": 64, "image_size": sources.image_size,
-            "variant": "strided"}
+            "in_channels": sources.in_channels, "hidden": hidden,
+            "image_size": sources.image_size, "variant": "strided"}
 
 
 def model_config(algo: str, sources: TaskSources, *, factory: str | None = None,

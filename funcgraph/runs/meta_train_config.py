@@ -201,7 +201,8 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     # Regression (sinusoid, or a user's registered regression dataset) starts from the MAML
     # paper's sinusoid setting: K = 10, inner lr 0.01, meta-batch 25, Adam 1e-3.
     "regression": {"tasks": "10shot", "inner_lr": 0.01, "meta_lr": 1e-3, "meta_batch": 25,
-                   "inner_steps_eval": 10, "train_queries": None, "inner_minibatches": False},
+                   "inner_steps_eval": 10, "train_queries": None, "inner_minibatches": False,
+                   "rotate": False},
 }
 """Run defaults per dataset kind (the registry's ``kind``), over the algorithm's own."""
 
