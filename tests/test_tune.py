@@ -212,11 +212,13 @@ def test_the_command_line_names_every_option_that_differs() -> None:
     from funcgraph.runs.meta_train_config import default_config
     from funcgraph.runs.tune_report import command_line
 
-    cfg = default_config("mamlpp", "rgb-shapes", image_size=28, rotate=True, seed=2,
+    cfg = default_config("mamlpp", "rgb-shapes", image_size=28, rotate=False, seed=2,
                          cosine_meta_lr=False, inner_lr=0.25)
-    line = command_line(cfg, {"hidden": "32"})
+    line = command_line(cfg, {"hidden": "64"})
     assert line == ("funcgraph meta-train --algo mamlpp --dataset rgb-shapes --image-size 28 "
-                    "--rotate --inner-lr 0.25 --constant-meta-lr --seed 2 --set hidden=32"), line
+                    "--no-rotate --inner-lr 0.25 --constant-meta-lr --seed 2 --set hidden=64"), line
+    maml = command_line(default_config("maml", "glyphs", rotate=True), {})
+    assert maml == "funcgraph meta-train --algo maml --dataset glyphs --rotate", maml
 
 
 def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:

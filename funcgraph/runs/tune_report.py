@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 FLAG_OPTIONS: dict[str, tuple[str | None, str | None]] = {
     "cosine_meta_lr": ("--cosine-meta-lr", "--constant-meta-lr"),
     "linear_meta_lr": ("--linear-meta-lr", None),
-    "rotate": ("--rotate", None),
+    "rotate": ("--rotate", "--no-rotate"),
     "first_order": ("--first-order", None),
     "remat": ("--remat", None),
     "bn_running_stats": ("--bn-running-stats", None),
