@@ -84,3 +84,17 @@ def test_a_converted_module_with_batch_norm_bound_for_evaluation_is_refused() ->
     _, state = model.init(random.key(0))
     with pytest.raises(ConfigError, match="bound for evaluation"):
         maml(bind(model, state))
+
+
+def test_the_finite_difference_helper_works_as_its_docstring_shows_on_batch_norm() -> None:
+    """The docstring's example, on a model with batch norm and running statistics, in
+    float64 (the state passed as an argument is cast with the params)."""
+    import torch.nn.functional as F
+
+    from funcgraph.testing import assert_grad_matches_finite_differences
+
+    model, params, state = bn_model()
+    x, y = random.normal(random.key(1), (4, 1, 6, 6)), torch.tensor([0, 1, 2, 3])
+    loss = lambda p, s, x, y: F.cross_entropy(bind(model, s)(p, x), y)  # noqa: E731
+    grads = assert_grad_matches_finite_differences(loss, params, state, x, y)
+    assert set(grads) == set(params) and all(g.dtype == torch.float64 for g in grads.values())

@@ -208,9 +208,11 @@ def assert_grad_matches_finite_differences(
     """Check the autograd gradient of ``fn`` w.r.t. ``params`` against central differences.
 
     ``fn(params, *args, **kwargs)`` must return a scalar. Floating tensors in ``params`` and
-    ``args`` are cast to ``dtype`` (float64 by default, where central differences are
-    accurate to about 1e-10); pass the data as ``args`` rather than capturing it in ``fn``,
-    or it keeps its dtype. The step for an entry ``p`` is ``eps(dtype) ** (1/3) * max(1,
+    ``args`` (dicts included, such as a model's state) are cast to ``dtype`` (float64 by
+    default, where central differences are accurate to about 1e-10); pass the data and the
+    state as ``args`` rather than capturing them in ``fn``, or they keep their dtype (a
+    float32 batch-norm state captured in ``fn`` meets float64 inputs and torch refuses).
+    The step for an entry ``p`` is ``eps(dtype) ** (1/3) * max(1,
     |p|)`` (about 6e-6 in float64), the step that balances truncation against rounding error;
     pass ``step`` to override. At most ``max_entries`` evenly spaced entries of each tensor are
     checked (two evaluations of ``fn`` each). The gradient comes from ``torch.autograd.grad``,
@@ -223,8 +225,8 @@ def assert_grad_matches_finite_differences(
 
     Example::
 
-        loss = lambda p, x, y: F.cross_entropy(bind(model, state)(p, x), y)
-        assert_grad_matches_finite_differences(loss, params, x, y)
+        loss = lambda p, s, x, y: F.cross_entropy(bind(model, s)(p, x), y)
+        assert_grad_matches_finite_differences(loss, params, state, x, y)
     """
     default_rtol, default_atol = _default_tolerance(dtype)
     rtol = default_rtol if rtol is None else rtol
