@@ -235,3 +235,16 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
     again = runner.invoke(app, args)  # finished runs are read back, not run again
     assert again.exit_code == 0 and "confirm tuned seed" not in again.output
     assert optuna.__version__  # the study store is Optuna's
+
+
+def test_show_and_confirm_refuse_what_is_not_a_study_in_one_line(tmp_path: Path) -> None:
+    for args in (["show", str(tmp_path / "nowhere")],
+                 ["confirm", str(tmp_path), "--dataset", "sinusoid"]):
+        result = runner.invoke(app, ["tune", *args])
+        assert result.exit_code == 2 and "not a study directory" in result.output, result.output
+    (tmp_path / "space.toml").write_text(space_file(tmp_path).read_text())
+    result = runner.invoke(app, ["tune", "show", str(tmp_path)])
+    assert result.exit_code == 2 and "holds no study yet" in result.output, result.output
+    result = runner.invoke(app, ["tune", "confirm", str(tmp_path), "--dataset", "sinusoid",
+                                 "--against", "bogus"])
+    assert result.exit_code == 2 and "--against bogus: not a registered" in result.output

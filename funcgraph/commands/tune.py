@@ -153,7 +153,7 @@ def _open(study: Path, storage: str | None) -> tuple[Any, Any]:
         raise ConfigError(f"{study}: not a study directory (no {SPACE_FILE}); start one with "
                           "funcgraph tune run SPACE --study DIR")
     space = load_space(study / SPACE_FILE)
-    return space, open_study(TuneOptions(space, study, storage=storage))
+    return space, open_study(TuneOptions(space, study, storage=storage), create=False)
 
 
 @user_errors
@@ -194,7 +194,10 @@ def confirm(
         raise ConfigError(f"--seeds: seeds are >= 0, got {seeds!r}")
     names = [a.strip() for a in against.split(",") if a.strip()]
     for name in names:
-        algorithm_type(name)
+        try:
+            algorithm_type(name)
+        except ConfigError as e:
+            raise ConfigError(f"--against {name}: {str(e).split(': ', 1)[-1]}") from None
     space, opened = _open(study, storage)
     results = run_confirm(opened, space, study, dataset, image_size=image_size,
                           seeds=seed_list, against=names, device=device, echo=_echo)

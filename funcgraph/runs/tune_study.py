@@ -138,8 +138,9 @@ def _lowest(space: SearchSpace) -> dict[str, Any]:
     return {k.name: k.extremes()[0] for k in space.knobs}
 
 
-def open_study(opts: TuneOptions, worker: int = 0) -> Any:
-    """The study in ``opts``' storage, created on first use.
+def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> Any:
+    """The study in ``opts``' storage, created on first use (``create=False``: refused
+    where there is none, as ``tune show`` and ``tune confirm`` want).
 
     The sampler's seed is ``seed + worker``, moved on by the trials the study already holds:
     a resumed study draws new settings instead of repeating the first start's sequence, and
@@ -149,13 +150,17 @@ def open_study(opts: TuneOptions, worker: int = 0) -> Any:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # trials get one line each from us
     storage = open_storage(storage_url(opts.study_dir, opts.storage), on_stale=retry_trial)
 
-    def create(sampler: Any) -> Any:
+    if not create and STUDY_NAME not in optuna.get_all_study_names(storage):
+        raise ConfigError(f"{opts.study_dir}: its storage holds no study yet; start one with "
+                          "funcgraph tune run SPACE --study DIR")
+
+    def make(sampler: Any) -> Any:
         return optuna.create_study(
             study_name=STUDY_NAME, storage=storage, direction=direction(opts.space),
             load_if_exists=True, sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
 
-    held = len(create(optuna.samplers.RandomSampler()).get_trials(deepcopy=False))
-    return create(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held))
+    held = len(make(optuna.samplers.RandomSampler()).get_trials(deepcopy=False))
+    return make(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held))
 
 
 def metric_of(space: SearchSpace) -> str:
