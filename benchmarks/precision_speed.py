@@ -15,6 +15,12 @@ Whether bfloat16 is fast depends on the CPU: the run prints the CPU's bfloat16 f
 (``funcgraph.precision.bf16_native``).
 
     python benchmarks/precision_speed.py [--queries 1,15] [--reps 5] [--record]
+    python benchmarks/precision_speed.py --profile [--record]   # where a bf16 step's time goes
+
+``--profile`` instead profiles one loop-strategy meta-step of each precision (15 queries,
+pooled conv4, 8 tasks, one thread) with ``torch.profiler`` and prints the share of its CPU
+time spent in casts and copies (``aten::_to_copy``, ``copy_``, ``to``, ``empty_strided``)
+beside the largest operators: what autocast's per-op weight casts cost.
 """
 
 from __future__ import annotations
@@ -115,13 +121,45 @@ def run_shape(queries: int, args: argparse.Namespace) -> None:
                           "grad_rel_error_vs_float64": round(errors[name], 5)}))
 
 
+CASTS = ("aten::_to_copy", "aten::copy_", "aten::to", "aten::empty_strided")
+
+
+def profile_casts() -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(1)
+    model = conv4(5, variant="pool")
+    params, state = model.init(random.key(0))
+    tasks = make_tasks(15, 8, torch.float32)
+    learner = maml(bind(model, state, train=True), inner_steps=1, inner_lr=0.4)
+    for precision in ("float32", "bf16"):
+        mean_task_grads(learner.task_grad, params, tasks, strategy="loop", precision=precision)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            mean_task_grads(learner.task_grad, params, tasks, strategy="loop",
+                            precision=precision)
+        events = prof.key_averages()
+        total = sum(e.self_cpu_time_total for e in events) / 1e3
+        casts = sum(e.self_cpu_time_total for e in events if e.key in CASTS) / 1e3
+        top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:5]
+        print(f"{precision:>8}: {total:7.0f} ms, casts and copies {casts:5.0f} ms "
+              f"({100 * casts / total:.1f}%)")
+        print(json.dumps({"profile": precision, "total_ms": round(total, 1),
+                          "cast_ms": round(casts, 1), "cast_share": round(casts / total, 4),
+                          "top": {e.key: round(e.self_cpu_time_total / 1e3, 1) for e in top}}))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", default="1,15", help="query settings, comma-separated")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--meta-batch", type=int, default=32)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one step per precision instead of timing")
     args = parser.parse_args(argv)
+    if args.profile:
+        profile_casts()
+        return
     native, why = bf16_native("cpu")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); bfloat16 native: "
           f"{native} ({why})")
