@@ -232,8 +232,16 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
                if line.startswith("{")]
     runs = [r for r in records if "seed" in r]
     assert [r["seed"] for r in runs] == [0, 1] and all(r["metric"] == "mse" for r in runs)
+    assert all(r["confirm"].startswith("trial") for r in runs), runs
     again = runner.invoke(app, args)  # finished runs are read back, not run again
-    assert again.exit_code == 0 and "confirm tuned seed" not in again.output
+    assert again.exit_code == 0 and "confirm trial" not in again.output
+    # A directory holding other settings is refused, never credited to these.
+    [run_dir] = {Path(r["run_dir"]) for r in runs if r["seed"] == 0}
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "inner_lr": 0.123}))
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "holds a run with other settings (inner_lr)" in (
+        refused.output), refused.output
     assert optuna.__version__  # the study store is Optuna's
 
 

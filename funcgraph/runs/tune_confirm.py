@@ -3,7 +3,8 @@ never saw, with several seeds, beside other algorithms' defaults.
 
 Tuning chooses on one data set's validation split; a setting is only worth a default if it
 holds on another. Each confirmation run is an ordinary ``meta-train`` run directory under
-``STUDY/confirm/`` (``tuned-rgb-shapes-s0``, ``protonet-rgb-shapes-s0``, ...) scored on that
+``STUDY/confirm/`` (``trial6-rgb-shapes-s0`` for the best trial, ``protonet-rgb-shapes-s0``,
+...) scored on that
 data set's held-out test tasks. A run that finished is read back, not run again, and one that
 was interrupted resumes from its checkpoint, so the same command continues a confirmation.
 """
@@ -33,7 +34,7 @@ CONFIRM_DIR = "confirm"
 class ConfirmRun:
     """One confirmation run and its held-out score."""
 
-    name: str  # "tuned" or the algorithm's name
+    name: str  # "trialN" (the study's best trial) or the algorithm's name
     seed: int
     command: str
     run_dir: Path
@@ -50,15 +51,15 @@ class ConfirmRun:
 
 
 def confirm_configs(space: SearchSpace, params: dict[str, Any], dataset: str, *,
-                    image_size: int | None, seeds: list[int], against: list[str]
-                    ) -> list[tuple[str, MetaTrainConfig, dict[str, str]]]:
+                    image_size: int | None, seeds: list[int], against: list[str],
+                    label: str = "tuned") -> list[tuple[str, MetaTrainConfig, dict[str, str]]]:
     """``(name, config, model overrides)`` of every confirmation run: the tuned settings on
     ``dataset`` and each ``against`` algorithm's defaults there, for every seed."""
     study = {**space.study, "dataset": dataset, "image_size": image_size}
     tuned = replace(space, study={k: v for k, v in study.items() if v is not None})
     runs = []
     for seed in seeds:
-        runs.append(("tuned", tuned.config(params, seed=seed), tuned.model_overrides(params)))
+        runs.append((label, tuned.config(params, seed=seed), tuned.model_overrides(params)))
         for algo in against:
             runs.append((algo, default_config(algo, dataset, tasks=space.study.get("tasks"),
                                               image_size=image_size, seed=seed), {}))
@@ -72,6 +73,22 @@ def _test_of(run_dir: Path) -> dict[str, Any] | None:
     tests = [r for line in path.read_text().splitlines() if line.strip()
              for r in [json.loads(line)] if r.get("kind") == "test"]
     return tests[-1] if tests else None
+
+
+def _check_same_run(out: Path, cfg: MetaTrainConfig, overrides: dict[str, str]) -> None:
+    """Refuse a confirmation directory that holds another run than ``cfg`` (read back, its
+    figures would be credited to the wrong settings)."""
+    path = out / "config.json"
+    if not path.is_file():
+        return
+    stored = json.loads(path.read_text())
+    want = {k: v for k, v in cfg.to_json().items() if k != "model"}
+    differ = sorted(k for k, v in want.items() if stored.get(k, v) != v)
+    model = stored.get("model", {})
+    differ += sorted(f"model.{k}" for k, v in overrides.items() if str(model.get(k)) != v)
+    if differ:
+        raise ConfigError(f"{out}: holds a run with other settings ({', '.join(differ)}); "
+                          "move it away to confirm these")
 
 
 def _cpu(study_dir: Path) -> dict[str, float]:
@@ -99,9 +116,11 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
     results = []
     for name, cfg, overrides in confirm_configs(space, best.params, dataset,
                                                 image_size=image_size, seeds=seeds,
-                                                against=against):
+                                                against=against,
+                                                label=f"trial{best.number}"):
         out = study_dir / CONFIRM_DIR / f"{name}-{dataset}-s{cfg.seed}"
         command = command_line(cfg, overrides)
+        _check_same_run(out, cfg, overrides)
         done = _test_of(out)
         if done is None:
             sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
