@@ -138,7 +138,7 @@ def meta_train(
     msl_anneal_steps: Annotated[int | None, typer.Option(
         rich_help_panel=SPECIFIC_PANEL,
         min=1, max=10**7, help="MAML++: meta-steps over which the multi-step loss anneals "
-                               "towards the last inner step (default: 19.19% of "
+                               "towards the last inner step (default: 28.63% of "
                                "--steps).")] = None,
     first_order_until: Annotated[int | None, typer.Option(
         rich_help_panel=SPECIFIC_PANEL,
