@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, FuncgraphError
+from ..plugins import import_plugins
 
 if TYPE_CHECKING:
     from ..distributed import DistEnv
@@ -206,20 +207,6 @@ ImportOption = Annotated[list[str] | None, typer.Option(
     help="Import this Python module first, so the layers, models, ops, algorithms or "
          "datasets it registers can be named (repeatable; FUNCGRAPH_IMPORT takes several, "
          "space-separated).")]
-
-
-def import_plugins(modules: list[str] | None) -> None:
-    """Import each ``--import`` module; one that fails is a one-line error."""
-    import importlib
-    import sys
-
-    if "" not in sys.path:  # the working directory, as `python -m` would see it
-        sys.path.insert(0, "")
-    for name in modules or []:
-        try:
-            importlib.import_module(name)
-        except Exception as e:  # any failure of the user's module is reported alike
-            raise ConfigError(f"--import {name}: {type(e).__name__}: {e}") from None
 
 
 def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, resume: bool,

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import ConfigError, FuncgraphError, RunDirectoryError
 from ..files import atomic_write
+from ..plugins import import_plugins
 from ..train.ownership import RunLock
 from .tune_objective import Objective, describe
 from .tune_space import parse_space
@@ -56,15 +57,13 @@ def run_worker(opts: TuneOptions, worker: int, echo: Echo = print) -> None:
 
     keep_freed_memory()
     torch.set_num_threads(opts.threads or max(1, (os.cpu_count() or 1) // opts.workers))
-    _import_all(opts.imports)
+    import_plugins(opts.imports)
     study = open_study(opts, worker)
 
     def after(study: Any, trial: Any) -> None:
         if not trial.user_attrs.get("interrupted"):
             echo(describe(trial, metric_of(opts.space)))
-        if opts.trials is not None and finished(study) >= opts.trials:
-            study.stop()
-        if opts.cpu_hours is not None and cpu_seconds(study) >= 3600 * opts.cpu_hours:
+        if _spent(study, opts):
             study.stop()
 
     if _spent(study, opts):
@@ -74,18 +73,9 @@ def run_worker(opts: TuneOptions, worker: int, echo: Echo = print) -> None:
 
 
 def _spent(study: Any, opts: TuneOptions) -> bool:
+    """Whether the study has used its trials or its CPU hours."""
     return (opts.trials is not None and finished(study) >= opts.trials) or (
         opts.cpu_hours is not None and cpu_seconds(study) >= 3600 * opts.cpu_hours)
-
-
-def _import_all(modules: tuple[str, ...]) -> None:
-    import importlib
-    import sys
-
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    for name in modules:
-        importlib.import_module(name)
 
 
 def _worker_main(opts: TuneOptions, worker: int) -> None:
