@@ -128,11 +128,12 @@ def show(
     console.print(table(rows, percent=maximized(opened)), highlight=False, markup=False,
                   end="")
     best = best_trial(opened)
+    command = best_command(opened, space)
     if best is None:
         _echo("best: none yet (no complete trial)")
     else:
         _echo(f"best: trial {best.number}, validation {shown(best.value, opened)}")
-        _echo(f"  {best_command(opened, space)}")
+        _echo(f"  {command}")
     if plots and rows:
         for path in write_plots(opened, study / "plots"):
             _echo(f"plot: {path}")
@@ -141,7 +142,7 @@ def show(
             print(json.dumps(row.as_record(), sort_keys=True))
         if best is not None:
             print(json.dumps({"best_trial": best.number, "best_value": best.value,
-                              "command": best_command(opened, space)}, sort_keys=True))
+                              "command": command}, sort_keys=True))
 
 
 def _open(study: Path, storage: str | None) -> tuple[Any, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..files import atomic_write
+from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
 from .meta_train_config import MetaTrainConfig, default_config
@@ -67,21 +68,19 @@ def confirm_configs(space: SearchSpace, params: dict[str, Any], dataset: str, *,
 
 
 def _test_of(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    """The last ``test`` record of the run in ``run_dir``, if there is a run with one."""
+    if not (run_dir / "config.json").is_file():
         return None
-    tests = [r for line in path.read_text().splitlines() if line.strip()
-             for r in [json.loads(line)] if r.get("kind") == "test"]
+    tests = [r for r in Run.open(run_dir).metrics() if r.get("kind") == "test"]
     return tests[-1] if tests else None
 
 
 def _check_same_run(out: Path, cfg: MetaTrainConfig, overrides: dict[str, str]) -> None:
     """Refuse a confirmation directory that holds another run than ``cfg`` (read back, its
     figures would be credited to the wrong settings)."""
-    path = out / "config.json"
-    if not path.is_file():
+    if not (out / "config.json").is_file():
         return
-    stored = json.loads(path.read_text())
+    stored = Run.open(out).config
     want = {k: v for k, v in cfg.to_json().items() if k != "model"}
     differ = sorted(k for k, v in want.items() if stored.get(k, v) != v)
     model = stored.get("model", {})

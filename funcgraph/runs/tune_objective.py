@@ -4,13 +4,13 @@ report each validation to the pruner, return the best validation figure; and a t
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
 from .task_sources import TaskSources, task_sources
@@ -25,11 +25,8 @@ def best_validation(run_dir: Path, metric: str) -> float | None:
     """The best validation ``metric`` in a run's ``metrics.jsonl`` (the ``best``
     checkpoint's: the highest accuracy, the lowest error), or ``None`` before its first
     validation."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    values = [r[metric] for line in path.read_text().splitlines() if line.strip()
-              for r in [json.loads(line)] if r.get("kind") == "validation" and metric in r]
+    values = [r[metric] for r in Run.open(run_dir).metrics()
+              if r.get("kind") == "validation" and metric in r]
     if not values:
         return None
     return max(values) if metric == "acc" else min(values)

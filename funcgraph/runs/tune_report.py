@@ -75,12 +75,12 @@ def trial_rows(study: Any) -> list[TrialRow]:
 
 
 def best_trial(study: Any) -> Any | None:
-    """The complete trial with the best value (the study's direction), or ``None``."""
-    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
-    if not complete:
+    """Optuna's best trial (the complete trial with the best value in the study's direction),
+    or ``None`` before the first complete trial."""
+    try:
+        return study.best_trial
+    except ValueError:  # Optuna's answer when no trial is complete
         return None
-    pick = max if maximized(study) else min
-    return pick(complete, key=lambda t: t.value)
 
 
 def maximized(study: Any) -> bool:
