@@ -71,6 +71,16 @@ def resolve_precision(precision: str, device: torch.device | str) -> tuple[str, 
     return ("bf16" if native else "float32"), f"auto: {why}"
 
 
+def chosen_precision(asked: str, device: torch.device | str,
+                     say: Callable[[str], object] | None = None) -> str:
+    """:func:`resolve_precision`'s choice; ``say`` (a run's echo) hears which and why, unless
+    float32 was asked for (the default says nothing)."""
+    chosen, why = resolve_precision(asked, device)
+    if asked != "float32" and say is not None:
+        say(f"precision: {chosen} ({why})")
+    return chosen
+
+
 def check_precision(fn: str, precision: object) -> str:
     """``precision`` if it is ``"float32"`` or ``"bf16"``; a :class:`ConfigError` naming
     ``fn`` otherwise (``"auto"`` is resolved by the caller that knows the device)."""
@@ -123,7 +133,6 @@ def autocast_float32(x: Tensor) -> Tensor:
     return x
 
 
-__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "autocast_on",
-           "bf16_native",
-           "autocast_float32", "check_precision", "cpu_flags", "full_precision", "in_precision",
-           "resolve_precision"]
+__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "autocast_float32",
+           "autocast_on", "bf16_native", "check_precision", "chosen_precision", "cpu_flags",
+           "full_precision", "in_precision", "resolve_precision"]

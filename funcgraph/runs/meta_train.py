@@ -38,7 +38,7 @@ from ..meta.step import meta_step
 from ..meta.strategy import STRATEGIES, resolve_strategy
 from ..params import Params
 from ..placement import resolve_device
-from ..precision import resolve_precision
+from ..precision import chosen_precision, resolve_precision
 from ..train import (
     DIVERGENCE_BOUND,
     Groups,
@@ -251,10 +251,9 @@ def meta_train(
     if env.active and cfg.strategy == "measure":
         cfg = replace(cfg, strategy="auto")  # timings differ per rank; ranks must agree
     dev = resolve_device(device)
-    precision, why = resolve_precision(cfg.precision, dev)
-    if cfg.precision != "float32" and env.is_main:
-        echo(f"precision: {precision} ({why})")
-    cfg = replace(cfg, precision=precision)  # config.json records the choice
+    # config.json records the choice; the run's first lines say which and why
+    cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
+                                                  echo if env.is_main else None))
     sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
                                       train_queries=cfg.train_queries,
                                       data_root=cfg.data_root, rotate=cfg.rotate,
@@ -305,6 +304,7 @@ def meta_train(
             divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
             first_step=f"sampling {cfg.meta_batch:,} tasks, warming up",
         )
+
         def after_validation(step: int, figures: Mapping[str, float]) -> None:
             write_curves(run.path)
             if on_validation is not None:

@@ -26,7 +26,7 @@ from ..model import Model
 from ..params import Params, State, count, nbytes, to
 from ..placement import placed_model
 from ..precision import CHOICES as PRECISION_CHOICES
-from ..precision import resolve_precision
+from ..precision import chosen_precision
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
 from ..train.supervised import (
@@ -300,10 +300,9 @@ def fit(
     from ..placement import resolve_device
 
     dev = resolve_device(device)
-    chosen, why = resolve_precision(cfg.precision, dev)
-    if cfg.precision != "float32" and (env is None or env.is_main):
-        echo(f"precision: {chosen} ({why})")
-    cfg = replace(cfg, precision=chosen)  # config.json records the choice
+    # config.json records the choice; the run's first lines say which and why
+    cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
+                                                  echo if env is None or env.is_main else None))
     plan = plan_fit(cfg, dev, place=place)
     model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
     loss_fn, k_train = plan.loss_fn, plan.train_key
