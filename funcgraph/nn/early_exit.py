@@ -39,8 +39,8 @@ rebuilding it, e.g. to sweep the accuracy/cost trade-off after training.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
@@ -291,34 +291,37 @@ def with_threshold(model: Model, threshold: float) -> Model:
 
     Example: ``strict = with_threshold(model, 0.99); y, _ = strict.apply(params, state, x)``.
     """
-    if "exits" not in model.meta:
-        raise ArgumentTypeError(
-            f"with_threshold: expected a Model built by funcgraph.nn.early_exit, got {model.name!r}"
-        )
+    _check_early_exit("with_threshold", model)
     at = check_fraction("with_threshold", "threshold", threshold, allow_one=True)
-
-    def apply(
-        params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
-    ) -> tuple[Any, State]:
-        outer = _OVERRIDE.get()  # the outermost wins: with_threshold(with_threshold(m, a), b) is b
-        with _override(at if outer is None else outer):
-            return model.apply(params, state, x, key=key, train=train)
-
-    return Model(model.init, apply, model.name, {**model.meta, "threshold": at})
+    # The outermost wins: with_threshold(with_threshold(m, a), b) decides with b.
+    return _within(model, lambda: _override(at if _OVERRIDE.get() is None else _OVERRIDE.get()),
+                   {"threshold": at})
 
 
-def _in_form(model: Model, form: str, fn: str) -> Model:
+def _check_early_exit(fn: str, model: Model) -> None:
+    """Refuse a Model that :func:`early_exit` did not build (nor a wrapper keeping its meta)."""
     if "exits" not in model.meta:
         raise ArgumentTypeError(f"{fn}: expected a Model built by funcgraph.nn.early_exit, got "
                                 f"{model.name!r}")
 
+
+def _within(model: Model, context: Callable[[], AbstractContextManager[None]],
+            meta: dict[str, Any]) -> Model:
+    """``model`` whose every call runs inside ``context()`` (entered at call time), with
+    ``meta`` added: how :func:`with_threshold` and the export programs reach its forward."""
+
     def apply(
         params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
     ) -> tuple[Any, State]:
-        with _form(form):
+        with context():
             return model.apply(params, state, x, key=key, train=train)
 
-    return Model(model.init, apply, model.name, {**model.meta, "program": form})
+    return Model(model.init, apply, model.name, {**model.meta, **meta})
+
+
+def _in_form(model: Model, form: str, fn: str) -> Model:
+    _check_early_exit(fn, model)
+    return _within(model, lambda: _form(form), {"program": form})
 
 
 def per_sample_exits(model: Model) -> Model:
