@@ -125,3 +125,21 @@ def test_a_failed_export_is_one_line_whatever_torch_logs(tmp_path: Path) -> None
     assert proc.stderr.strip() == "", f"torch printed {len(proc.stderr.splitlines())} lines"
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2 and "cannot be exported" in lines[0] and lines[1] == "notes", lines
+
+
+def test_export_refuses_what_an_early_exit_program_cannot_take(tmp_path: Path) -> None:
+    runner = CliRunner()
+    mlp_run, ee_run = tmp_path / "mlp", tmp_path / "ee"
+    assert runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "1",
+                               "--episodes", "2", "--out", str(mlp_run)]).exit_code == 0
+    result = runner.invoke(app, ["export", str(mlp_run), "--out", str(tmp_path / "a.pt2"),
+                                 "--batched-exits"])
+    assert result.exit_code == 2 and "--batched-exits: 'mlp' has no early exits" in (
+        result.output), result.output
+    assert runner.invoke(app, ["train", "--model", "early-exit", "--steps", "1",
+                               "--out", str(ee_run)]).exit_code == 0
+    result = runner.invoke(app, ["export", str(ee_run), "--out", str(tmp_path / "b.pt2"),
+                                 "--input-shape", "4,1,28,28"])
+    assert result.exit_code == 2 and "per-sample program of an early-exit model takes one " \
+        "sample" in result.output, result.output
+    assert not (tmp_path / "a.pt2").exists() and not (tmp_path / "b.pt2").exists()

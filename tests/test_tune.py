@@ -256,3 +256,23 @@ def test_show_and_confirm_refuse_what_is_not_a_study_in_one_line(tmp_path: Path)
     result = runner.invoke(app, ["tune", "confirm", str(tmp_path), "--dataset", "sinusoid",
                                  "--against", "bogus"])
     assert result.exit_code == 2 and "--against bogus: not a registered" in result.output
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--pruner", "foo"], "--pruner must be one of hyperband, halving, median, none"),
+    (["--cpu-hours", "0"], "cpu_hours must be a finite number > 0, got 0.0"),
+    (["--storage", "bogus://x"], "--storage bogus://x: NoSuchModuleError"),
+])
+def test_bad_run_options_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = runner.invoke(app, ["tune", "run", str(space_file(tmp_path)), "--study",
+                                 str(tmp_path / "study"), "--trials", "1", *args])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and expected in lines[0], result.output
+
+
+def test_bad_confirm_seeds_are_one_line(tmp_path: Path) -> None:
+    tune(options(tmp_path, trials=1), echo=lambda _: None)
+    for seeds, expected in (("a,b", "expected integers like 0,1,2"), ("-1", "seeds are >= 0")):
+        result = runner.invoke(app, ["tune", "confirm", str(tmp_path / "study"), "--dataset",
+                                     "sinusoid", "--seeds", seeds, "--against", ""])
+        assert result.exit_code == 2 and expected in result.output, result.output
