@@ -69,7 +69,7 @@ from funcgraph.nas import (
     supernet_accuracy,
 )
 from funcgraph.params import partition
-from funcgraph.runs import glyph_halves, run_search
+from funcgraph.runs import class_halves, run_search
 from funcgraph.train import cosine_lr, sgd
 
 MODES: dict[str, dict[str, Any]] = {
@@ -87,7 +87,7 @@ def _rss_mb() -> float:
 
 def cost_one(mode: str, steps: int) -> dict[str, Any]:
     """Time ``steps`` search steps of ``mode`` in this process (after one warm-up step)."""
-    data = glyph_halves()
+    data = class_halves()
     cfg = SearchConfig(**MODES[mode])
     model = build_search_model(cfg, data)
     params, state = model.init(random.key(0))
@@ -156,9 +156,11 @@ def train_discrete(model: Model, data: SearchData, *, steps: int, seed: int,
 @dataclass(frozen=True)
 class Budget:
     """What every architecture gets when it is retrained: the discrete network's size, the
-    training steps and the held-out data (the glyph evaluation split: characters the search
-    never saw, each class's drawings halved into train and test), trained once per seed."""
+    training steps and the held-out data (the dataset's test split: classes the search never
+    saw, glyphs' evaluation alphabets, each class's images halved into train and test),
+    trained once per seed."""
 
+    dataset: str = "glyphs"
     train_steps: int = 200
     classes: int = 20
     seeds: int = 2
@@ -174,7 +176,7 @@ class Budget:
         return json.dumps({
             "genotype": genotype.to_dict(), "seed": seed, "C": self.C, "layers": self.layers,
             "train_steps": self.train_steps, "batch_size": self.batch_size, "lr": self.lr,
-            "data": {"split": "evaluation", "classes": self.classes,
+            "data": {"dataset": self.dataset, "split": "test", "classes": self.classes,
                      "image_size": self.image_size, "seed": 0},
         }, sort_keys=True, separators=(",", ":"))
 
@@ -183,10 +185,11 @@ def _train_job(job: tuple[dict[str, Any], Budget, int]) -> float:
     """One (architecture, seed) training, single-threaded: its held-out test accuracy."""
     torch.set_num_threads(1)
     genotype, budget, seed = job
-    held_out = glyph_halves(split="evaluation", num_classes=budget.classes,
+    held_out = class_halves(budget.dataset, split="test", num_classes=budget.classes,
                             image_size=budget.image_size)
     model = network_from_genotype(Genotype.from_dict(genotype), C=budget.C,
-                                  layers=budget.layers, num_classes=held_out.num_classes)
+                                  layers=budget.layers, num_classes=held_out.num_classes,
+                                  in_channels=int(held_out.train_x.shape[1]))
     return train_discrete(model, held_out, steps=budget.train_steps, seed=seed,
                           batch_size=budget.batch_size, lr=budget.lr)
 
@@ -230,7 +233,7 @@ def accuracy_bench(search_dir: Path, budget: Budget, workers: int, archs: list[s
     genotype_path = search_dir / "genotype.json"
     search_s = None
     if not genotype_path.exists() and (not archs or "searched" in archs):
-        result = run_search(search_dir, glyph_halves(), SearchConfig(), show_progress=False)
+        result = run_search(search_dir, class_halves(), SearchConfig(), show_progress=False)
         search_s = result.seconds
     candidates = random_genotypes(3)
     if not archs or "searched" in archs:
@@ -335,8 +338,8 @@ def protocol(paths: Sequence[Path], budget: Budget, *, n_random: int, cache: Pat
     accs = trained_accuracies(candidates, budget, cache, workers)
     summary = distribution(accs, list(searched))
     r = summary["random"]
-    title = (f"{budget.train_steps} steps x {budget.seeds} seeds, C={budget.C}, "
-             f"{budget.layers} cells, {budget.classes} held-out classes")
+    title = (f"{budget.dataset}: {budget.train_steps} steps x {budget.seeds} seeds, "
+             f"C={budget.C}, {budget.layers} cells, {budget.classes} held-out classes")
     print(f"protocol: {len(candidates)} architectures, {title}")
     print(f"{'arch':<16}{'kind':<10}{'test acc':>9}{'percentile':>12}  per seed")
     pct = {s["arch"]: s["percentile"] for s in summary["searched"]}
@@ -392,8 +395,10 @@ def main() -> None:
     for part in (a, pr):
         part.add_argument("--train-steps", type=_positive, default=200)
         part.add_argument("--seeds", type=_positive, default=2, help="training seeds per cell")
+        part.add_argument("--dataset", default="glyphs",
+                          help="the held-out classes' dataset (its test split)")
         part.add_argument("--classes", type=_positive, default=20,
-                          help="held-out characters to classify (evaluation split)")
+                          help="held-out classes to classify (the dataset's test split)")
         part.add_argument("--channels", "-C", type=_positive, default=8,
                           help="initial cell width")
         part.add_argument("--layers", type=_positive, default=5, help="cells in the network")
@@ -407,8 +412,8 @@ def main() -> None:
     if args.part == "cost":
         cost(args.steps)
         return
-    budget = Budget(train_steps=args.train_steps, classes=args.classes, seeds=args.seeds,
-                    C=args.channels, layers=args.layers)
+    budget = Budget(dataset=args.dataset, train_steps=args.train_steps, classes=args.classes,
+                    seeds=args.seeds, C=args.channels, layers=args.layers)
     try:
         if args.part == "accuracy":
             archs = [a for a in args.archs.split(",") if a]

@@ -41,7 +41,7 @@ from funcgraph.nas import (
     search_network,
 )
 from funcgraph.params import Params, partition
-from funcgraph.runs import glyph_halves
+from funcgraph.runs import class_halves
 
 
 def flat(g: Params) -> torch.Tensor:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
 
-    data = glyph_halves(num_classes=args.classes)
+    data = class_halves(num_classes=args.classes)
     model = search_network(args.C, args.layers, data.num_classes)
     params, state = model.init(random.key(0))
     params = {n: t.to(dtype) for n, t in params.items()}

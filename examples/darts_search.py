@@ -27,7 +27,7 @@ from funcgraph.nas import (
     search_network,
 )
 from funcgraph.params import Params, partition
-from funcgraph.runs import glyph_halves
+from funcgraph.runs import class_halves
 from funcgraph.train import cosine_lr
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--classes", type=int, default=10)
     args = parser.parse_args(argv)
 
-    data = glyph_halves(num_classes=args.classes)
+    data = class_halves(num_classes=args.classes)
     model = search_network(args.C, args.layers, data.num_classes)
     params, state = model.init(random.key(0))
     arch, weights = partition(params, is_arch)

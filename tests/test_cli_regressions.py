@@ -159,7 +159,7 @@ def test_train_data_settings_are_typed_before_use(value: str, shown: str) -> Non
      "approximates the second-order architecture gradient and has no role in order 'first'"),
     (["--partial-channels", "3"], "error: SearchConfig: partial_channels (--partial-channels) 3 "
                                   "must divide C 8"),
-    (["--image-size", "10"], "error: glyph_halves: image_size (--image-size) must be a "
+    (["--image-size", "10"], "error: class_halves: image_size (--image-size) must be a "
                              "multiple of 4 (two reduction cells), got 10"),
 ])
 def test_search_options_that_cannot_act_are_refused(args: list[str], message: str) -> None:
@@ -170,7 +170,7 @@ def test_search_options_that_cannot_act_are_refused(args: list[str], message: st
 def test_the_search_checks_live_in_its_config_for_library_users() -> None:
     from funcgraph.errors import ConfigError
     from funcgraph.nas import BilevelConfig, SearchConfig
-    from funcgraph.runs import glyph_halves
+    from funcgraph.runs import class_halves
 
     with pytest.raises(ConfigError, match="has no role in order 'first'"):
         SearchConfig(bilevel=BilevelConfig(order="first", hypergradient="finite-difference"))
@@ -178,7 +178,7 @@ def test_the_search_checks_live_in_its_config_for_library_users() -> None:
     with pytest.raises(ConfigError, match="partial_channels .* 4 must divide C 12"):
         SearchConfig(C=12, partial_channels=4)  # 12 / 4 = 3: odd
     with pytest.raises(ConfigError, match="image_size .* must be a multiple of 4"):
-        glyph_halves(image_size=18)
+        class_halves(image_size=18)
     with pytest.raises(ConfigError, match=r"skip_cap \(--skip-cap\) 2 bounds skip_connect "
                                           r"ops, which the search space \['max_pool_3x3'\]"):
         SearchConfig(skip_cap=2, primitives=("max_pool_3x3",))

@@ -37,9 +37,11 @@ def test_the_cache_key_holds_what_an_accuracy_depends_on(darts: ModuleType) -> N
     changed = [budget.cache_key(other, 0), budget.cache_key(g, 1),
                darts.Budget(train_steps=11, classes=5).cache_key(g, 0),
                darts.Budget(train_steps=10, classes=6).cache_key(g, 0),
-               darts.Budget(train_steps=10, classes=5, C=4).cache_key(g, 0)]
-    assert len({key, *changed}) == 6, "genotype, seed, steps, classes and width change the key"
-    assert json.loads(key)["data"]["split"] == "evaluation", f"held-out data in the key: {key}"
+               darts.Budget(train_steps=10, classes=5, C=4).cache_key(g, 0),
+               darts.Budget(dataset="rgb-shapes", train_steps=10, classes=5).cache_key(g, 0)]
+    assert len({key, *changed}) == 7, \
+        "genotype, seed, steps, classes, width and dataset change the key"
+    assert json.loads(key)["data"]["split"] == "test", f"held-out data in the key: {key}"
 
 
 def test_percentile_counts_ties_half(darts: ModuleType) -> None:

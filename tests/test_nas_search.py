@@ -163,3 +163,24 @@ def test_cli_rejects_bad_options_in_one_line(tmp_path: Path) -> None:
     assert r.exit_code == 2
     r = runner.invoke(app, ["search", "--help"])
     assert r.exit_code == 0 and "Example: funcgraph search" in r.output
+
+
+def test_class_halves_takes_any_classification_dataset_and_the_search_its_channels() -> None:
+    from funcgraph.runs import class_halves
+    from funcgraph.runs.search_plan import plan_search
+
+    data = class_halves("rgb-shapes", split="test", num_classes=3, image_size=8)
+    assert data.train_x.shape == (90, 3, 8, 8) and data.val_x.shape == (90, 3, 8, 8)
+    assert data.train_x.dtype == torch.float32 and 0 <= data.train_x.min() <= 1
+    assert data.train_y.tolist() == [c for c in range(3) for _ in range(30)]
+    assert not any(torch.equal(a, b) for a in data.train_x[:30] for b in data.val_x[:30]), \
+        "train and validation halves hold different images of a class"
+    assert data.name == "rgb-shapes/test:3x8px"
+    plan = plan_search(data, CFG)
+    params, _ = plan.model.init(random.key(0))
+    assert plan.model.apply(params, _, data.val_x[:2])[0].shape == (2, 3)
+    with pytest.raises(ConfigError, match=r"num_classes \(--classes\) must be in \[2, 20\] for "
+                                          "rgb-shapes's test split, got 21"):
+        class_halves("rgb-shapes", split="test", num_classes=21, image_size=8)
+    with pytest.raises(ConfigError, match="'sinusoid' is regression"):
+        class_halves("sinusoid")

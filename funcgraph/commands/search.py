@@ -1,4 +1,4 @@
-"""``funcgraph search``: DARTS architecture search on glyph classification."""
+"""``funcgraph search``: DARTS architecture search on image classification."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..data.registry import dataset_help
 from .common import (
     RUN_PANEL,
     BackendOption,
@@ -116,11 +117,21 @@ def search(
                             "both).")] = None,
     batch_size: Annotated[int, typer.Option(
         min=1, max=4096, rich_help_panel=SEARCH_PANEL, help="Images per batch.")] = 32,
+    dataset: Annotated[str, typer.Option(
+        rich_help_panel=DATA_PANEL,
+        help=f"The images' dataset (a classification one: {dataset_help()}); its train "
+             "split's classes, each class's images halved into weights and architecture.")
+    ] = "glyphs",
+    data_root: Annotated[Path | None, typer.Option(
+        rich_help_panel=DATA_PANEL,
+        help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")
+    ] = None,
     classes: Annotated[int, typer.Option(rich_help_panel=DATA_PANEL, min=2, max=10_000,
-                                                 help="Glyph characters to classify.")] = 20,
+                                         help="Classes to classify, spread evenly over the "
+                                              "split.")] = 20,
     image_size: Annotated[int, typer.Option(
         rich_help_panel=DATA_PANEL,
-        min=8, max=64, help="Glyph resolution (a multiple of 4).")] = 16,
+        min=8, max=64, help="Image resolution (a multiple of 4).")] = 16,
     device: DeviceOption = "auto",
     seed: SeedOption = 0,
     threads: ThreadsOption = 1,
@@ -140,11 +151,13 @@ def search(
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,
 ) -> None:
-    """Search a DARTS cell on glyph classification (train half fits weights, validation half
-    the architecture); writes genotype.json, alpha_history.jsonl and alphas.png to --out.
+    """Search a DARTS cell on image classification, glyphs by default (train half fits
+    weights, validation half the architecture); writes genotype.json, alpha_history.jsonl
+    and alphas.png to --out.
 
     Example: funcgraph search --epochs 10 --order second --out runs/darts
     Example: funcgraph search --model examples/configs/darts_search.toml --out runs/three-nodes
+    Example: funcgraph search --dataset rgb-shapes --seed 1 --out runs/darts-rgb
 
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
@@ -152,7 +165,7 @@ def search(
     from ..nas import BilevelConfig, SearchConfig, load_space
     from ..params import count
     from ..placement import resolve_device
-    from ..runs import glyph_halves, run_search
+    from ..runs import class_halves, run_search
     from ..runs.search_plan import network_fields, plan_search
 
     start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
@@ -168,7 +181,8 @@ def search(
                        warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
                        edge_normalization=edge_normalization, stop_stable=stop_stable,
                        select=select.value)
-    data = glyph_halves(num_classes=classes, image_size=image_size)
+    data = class_halves(dataset, num_classes=classes, image_size=image_size,
+                        data_root=data_root)
     if dry_run:
         plan = plan_search(data, cfg, device=resolve_device(device))
         params, _ = plan.model.init(random.key(seed))

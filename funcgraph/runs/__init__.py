@@ -22,7 +22,7 @@ from .meta_train import (
 )
 from .resolve import ModelSpec, resolve_model, with_overrides
 from .search import SearchResult, run_search
-from .search_plan import glyph_halves
+from .search_plan import class_halves
 from .task_sources import TaskSources, task_sources
 from .train import FitResult, TrainConfig, fit, train_config
 
@@ -40,7 +40,7 @@ __all__ = [
     "evaluate_run",
     "export_run",
     "fit",
-    "glyph_halves",
+    "class_halves",
     "meta_train",
     "resolve_model",
     "run_search",

@@ -1,8 +1,8 @@
 """What ``funcgraph search`` will run, checked before its run directory is written.
 
-The data (:func:`glyph_halves`, the default: glyph characters, each class's drawings halved
-into a weight half and an architecture half), the network around the cells
-(:func:`network_fields`, from ``--model``, a factory config whose model is a
+The data (:func:`class_halves`: a classification dataset's classes, glyph characters by
+default, each class's images halved into a weight half and an architecture half), the network
+around the cells (:func:`network_fields`, from ``--model``, a factory config whose model is a
 ``darts_search`` supernet, docs/darts.md, with ``-C`` and ``--layers``) and the plan
 (:func:`plan_search`: the supernet, the epoch batches, the step budget and the run's config,
 a search too big for the device refused from shapes). :func:`funcgraph.runs.search.run_search`
@@ -30,33 +30,39 @@ from ..nas.search import NETWORK_FIELDS, check_network_value
 from .memory import check_search_sizes
 
 
-def glyph_halves(
+def class_halves(
+    dataset: str = "glyphs",
     *,
+    split: str = "train",
     num_classes: int = 20,
     image_size: int = 16,
-    split: str = "background",
-    seed: int = 0,
-    cache_dir: Path | None = None,
+    data_root: str | Path | None = None,
 ) -> SearchData:
-    """Glyph classification: ``num_classes`` characters spread evenly over ``split``, each
-    class's drawings halved into train (first half) and validation (second half)."""
-    from ..data import load_glyphs
+    """Image classification from a registered classification dataset (``glyphs``,
+    ``rgb-shapes``, a folder, one of your own): ``num_classes`` classes spread evenly over the
+    run's ``split`` (``"train"``, ``"val"`` or ``"test"``; glyphs' train split is its
+    background alphabets, its test split the evaluation ones), each class's images halved into
+    train (first half) and validation (second half)."""
+    from ..data.datasets import as_float
+    from ..data.registry import dataset_type
 
-    check_image_size("glyph_halves: image_size (--image-size)", image_size, image_size)
-    ds = load_glyphs(split, seed=seed, cache_dir=cache_dir, image_size=image_size)
+    check_image_size("class_halves: image_size (--image-size)", image_size, image_size)
+    ds = dataset_type(dataset).load_split(split, image_size=image_size, root=data_root)
     if not 2 <= num_classes <= ds.num_classes:
-        raise ConfigError(f"glyph_halves: num_classes must be in [2, {ds.num_classes}] for "
-                          f"split {split!r}, got {num_classes}")
-    picked = ds.images[(torch.arange(num_classes) * ds.num_classes) // num_classes]
-    half = ds.per_class // 2  # picked: (classes, per_class, 1, H, W)
+        raise ConfigError(f"class_halves: num_classes (--classes) must be in "
+                          f"[2, {ds.num_classes}] for {dataset}'s {split} split, got "
+                          f"{num_classes}")
+    picked = as_float(ds.images[(torch.arange(num_classes) * ds.num_classes) // num_classes])
+    half = ds.per_class // 2  # picked: (classes, images, channels, H, W), distinct ones first
     labels = torch.arange(num_classes)
 
     def flat(images: Tensor) -> tuple[Tensor, Tensor]:
         n = images.shape[1]
         return images.flatten(0, 1), labels.repeat_interleave(n)
 
-    (tx, ty), (vx, vy) = flat(picked[:, :half]), flat(picked[:, half:])
-    return SearchData(tx, ty, vx, vy, num_classes, f"glyphs/{split}:{num_classes}x{image_size}px")
+    (tx, ty), (vx, vy) = flat(picked[:, :half]), flat(picked[:, half:2 * half])
+    return SearchData(tx, ty, vx, vy, num_classes,
+                      f"{dataset}/{split}:{num_classes}x{image_size}px")
 
 
 def check_image_size(what: str, height: int, width: int) -> None:
@@ -205,7 +211,7 @@ __all__ = [
     "MODEL_PARAMS",
     "OWNED_PARAMS",
     "SearchPlan",
-    "glyph_halves",
+    "class_halves",
     "model_network",
     "network_fields",
     "plan_search",
