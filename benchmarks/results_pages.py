@@ -6,15 +6,18 @@ A results page (``docs/results/*.md``) marks where a table of records goes::
     ...generated table...
     <!-- end records -->
 
-and this script rewrites everything between the markers from ``results/readme.jsonl``, newest
-record first: date, commit, machine, torch, the command, and its figures. Run it after
-recording::
+and this script rewrites everything between the markers from ``results/readme.jsonl``
+(tables with named columns, newest record first, then the records in full:
+``benchmarks/results_tables.py``), redraws the plots under ``docs/results/plots/`` whose
+records changed (``benchmarks/results_plots.py``) and the README's "at a glance" table
+(``benchmarks/results_glance.py``). Run it after recording::
 
-    python benchmarks/results_pages.py          # rewrite the pages
-    python benchmarks/results_pages.py --check  # exit 1 if a page is stale
+    python benchmarks/results_pages.py          # rewrite the pages, plots and README table
+    python benchmarks/results_pages.py --check  # exit 1 if any of them is stale
 
-``tests/test_records.py`` runs the check, so a page cannot show a table its records do not
-give, and checks that a results page quotes no figure outside its generated tables.
+``tests/test_records.py`` runs the check, so a page, plot or README figure cannot show what
+its records do not give, and checks that a results page quotes no figure outside its
+generated tables.
 """
 
 from __future__ import annotations
@@ -26,48 +29,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from results_glance import render_glance
+from results_plots import draw, stale_plots
+from results_tables import block
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 PAGES = ROOT / "docs" / "results"
+PLOTS = PAGES / "plots"
+README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- records: ([\w.-]+) -->\n)(.*?)(<!-- end records -->)", re.S)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
-    return str(value)
-
-
-def figure_text(figure: dict[str, Any]) -> str:
-    """One figure as a table cell shows it: a test line as printed, else ``key: value``
-    pairs with floats to four significant digits."""
-    if "test_line" in figure:
-        return figure["test_line"].split(": ", 1)[1]
-    if "line" in figure and len(figure) == 1:
-        return figure["line"]
-    if "metrics_test" in figure:
-        return ""  # the same figure as the test line, unrounded: kept in the record only
-    return _short(figure).strip("{}")
-
-
-def table(records: list[dict[str, Any]]) -> str:
-    if not records:
-        return "No record yet.\n"
-    rows = ["| date | commit | machine | torch | command | figures |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(records, key=lambda r: r["date"], reverse=True):
-        m = r["machine"]
-        machine = f"{m['cpu']}, {m['cores']} cores" + (f", {m['gpu']}" if m.get("gpu") else "")
-        commit = r["commit"][:10] + (" (modified)" if r.get("dirty") else "")
-        figures = "<br>".join(t for t in map(figure_text, r["figures"]) if t)
-        cells = [r["date"][:16].replace("T", " "), commit, machine, r["torch"],
-                 f"`{r['command']}`", figures]
-        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(rows) + "\n"
 
 
 def read(name: str, results: Path = RESULTS) -> list[dict[str, Any]]:
@@ -79,7 +50,7 @@ def read(name: str, results: Path = RESULTS) -> list[dict[str, Any]]:
 
 def render(text: str, results: Path = RESULTS) -> str:
     """``text`` with every marked block regenerated from its records."""
-    return BLOCK.sub(lambda m: m[1] + table(read(m[2], results)) + m[4], text)
+    return BLOCK.sub(lambda m: m[1] + block(read(m[2], results)) + m[4], text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,13 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a page is stale")
     args = parser.parse_args(argv)
     stale = []
-    for page in sorted(PAGES.glob("*.md")):
+    for page in [*sorted(PAGES.glob("*.md")), README]:
         text = page.read_text()
-        new = render(text)
+        new = render(text) if page != README else render_glance(text, read)
         if new != text:
             stale.append(page)
             if not args.check:
                 page.write_text(new)
+    for path, data in stale_plots(PLOTS, read):
+        stale.append(path)
+        if not args.check:
+            draw(path, data)
     if args.check and stale:
         print("stale: " + ", ".join(str(p.relative_to(ROOT)) for p in stale), file=sys.stderr)
         return 1

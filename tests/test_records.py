@@ -26,9 +26,14 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> dict[str, ModuleType]:
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import record_run
     import records
+    import results_glance
     import results_pages
+    import results_plots
+    import results_tables
 
-    return {"records": records, "record_run": record_run, "results_pages": results_pages}
+    return {"records": records, "record_run": record_run, "results_pages": results_pages,
+            "results_tables": results_tables, "results_plots": results_plots,
+            "results_glance": results_glance}
 
 
 def test_record_run_records_a_runs_test_line_metrics_and_printed_json(
@@ -105,7 +110,7 @@ def test_every_record_says_what_where_and_when(path: Path) -> None:
 
 def test_every_benchmark_can_record_itself() -> None:
     scripts = [p for p in BENCHMARKS.glob("*.py")
-               if p.stem not in ("records", "record_run", "results_pages")]
+               if p.stem not in ("records", "record_run") and not p.stem.startswith("results_")]
     missing = [p.name for p in scripts if f'recorded("{p.stem}")(main)' not in p.read_text()]
     assert not missing, f"benchmarks without --record: {missing}"
 
@@ -166,3 +171,65 @@ def test_a_records_commit_is_dirty_for_code_changes_not_for_other_records(
     assert bench["records"].commit() == (head, False), "an appended record is not code"
     (tmp_path / "code.py").write_text("A = 2\n")
     assert bench["records"].commit() == (head, True)
+
+
+def _run_record(command: str, acc: float, **extra: object) -> dict[str, object]:
+    return {"command": command, "commit": "a" * 40, "dirty": False, "torch": "2.13.0",
+            "machine": {"cpu": "cpu", "cores": 2}, "date": "2026-12-06T10:00:00+00:00",
+            "figures": [{"test_line": "...", "acc": acc, "acc_ci95": 0.004, "metric": "acc",
+                         "tasks": "5way1shot"},
+                        {"metrics_test": {"step": 700}}, {"cpu_s": 321.4, "wall_s": 400.0}],
+            **extra}
+
+
+def test_a_run_table_has_named_columns_and_the_command_a_user_types(
+        bench: dict[str, ModuleType]) -> None:
+    tables = bench["results_tables"]
+    record = _run_record("funcgraph meta-train --dataset rgb-shapes --image-size 28 --algo maml "
+                         "--seed 2 --out /tmp/runs/maml", 0.7103)
+    text = tables.block([record])
+    header, _, row = text.splitlines()[:3]
+    assert header.split(" | ")[:4] == ["| algorithm", "data set", "tasks", "accuracy (95% CI)"]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:7] == ["maml", "rgb-shapes 28px", "5way1shot", "71.03% ± 0.40", "700", "321",
+                         "2"], cells
+    assert cells[-1] == "`funcgraph meta-train --dataset rgb-shapes --image-size 28 --algo maml "\
+                        "--seed 2`", "the scratch --out directory is left out"
+    assert "<details>" in text and '"/tmp/runs/maml"' not in text.split("<details>")[0]
+    assert json.loads(text.split("```json\n")[1].split("\n")[0]) == record, \
+        "the full record is one click away"
+
+
+def test_benchmark_figures_become_columns_and_constant_columns_one_line(
+        bench: dict[str, ModuleType]) -> None:
+    record = {**_run_record("python benchmarks/x.py", 0.0), "figures": [
+        {"model": "mlp", "ratio": 1.5, "threads": 1}, {"model": "cnn", "ratio": 0.9,
+                                                       "threads": 1}]}
+    text = bench["results_tables"].block([record])
+    assert text.startswith("Every row: threads 1, date 2026-12-06, commit aaaaaaa.\n\n"
+                           "| model | ratio |\n| --- | --- |\n| mlp | 1.5 |\n| cnn | 0.9 |\n")
+
+
+def test_the_readme_glance_and_the_plots_are_what_the_records_give(
+        bench: dict[str, ModuleType]) -> None:
+    pages = bench["results_pages"]
+    readme = (ROOT / "README.md").read_text()
+    assert bench["results_glance"].GLANCE_BLOCK.search(readme), "the README has no glance table"
+    assert bench["results_glance"].render_glance(readme, pages.read) == readme, \
+        "README.md's glance table is stale: run `python benchmarks/results_pages.py`"
+    stale = bench["results_plots"].stale_plots(pages.PLOTS, pages.read)
+    assert not stale, f"stale plots: {[str(p) for p, _ in stale]}; run results_pages.py"
+
+
+def test_a_plot_is_stale_when_its_records_change(bench: dict[str, ModuleType],
+                                                 tmp_path: Path) -> None:
+    plots = bench["results_plots"]
+    records = {"readme": [_run_record("funcgraph meta-train --tasks 5way1shot", 0.97)]}
+    read = lambda name: records.get(name, [])  # noqa: E731
+    [(path, data)] = [(p, d) for p, d in plots.stale_plots(tmp_path, read)
+                      if p.name == "accuracy_glyphs.png"]
+    plots.draw(path, data)
+    assert not [p for p, _ in plots.stale_plots(tmp_path, read) if p == path]
+    records["readme"].append(_run_record("funcgraph meta-train --tasks 5way1shot --seed 1", 0.96))
+    assert [p for p, _ in plots.stale_plots(tmp_path, read) if p == path], \
+        "a new record redraws the plot"
