@@ -4,8 +4,8 @@ The baseline re-implements learn2learn's method here (learn2learn itself is not 
 or run; its overheads are not measured): for each task, clone the module's parameters (the
 clones stay in the autograd graph), adapt with ``torch.autograd.grad(create_graph=True)`` and
 by swapping the adapted tensors into the module, then ``backward()`` the query loss into the
-shared parameters; Adam steps once per meta-batch. With ``higher`` installed (``pip install
-higher``, a real third-party MAML), its ``innerloop_ctx`` runs the same step as a second
+shared parameters; Adam steps once per meta-batch. With ``higher`` installed (``pip install -e
+".[bench]"``, a real third-party MAML), its ``innerloop_ctx`` runs the same step as a second
 reference row. funcgraph runs the same computation as a
 pure function (``funcgraph.meta.maml`` over ``conv4``) in each variant named by
 ``--strategies``: ``loop``, ``threads``, ``vmap`` or ``vmapN`` (N tasks at a time), optionally with
