@@ -22,6 +22,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_SCRATCH / "inductor")
 os.environ["TRITON_CACHE_DIR"] = str(_SCRATCH / "triton")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
@@ -37,3 +38,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("funcgraph")
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_imports_carried_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no ``--import`` modules remembered (funcgraph.plugins records
+    them into every run a process creates), so one test's plugin is not another's."""
+    import funcgraph.plugins
+
+    monkeypatch.setattr(funcgraph.plugins, "_IMPORTED", [])

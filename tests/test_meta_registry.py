@@ -52,6 +52,7 @@ from funcgraph.meta import AdaptSettings, maml, register_algorithm
 class MineSettings(AdaptSettings):
     inner_steps: int = 2
     inner_lr: float = 0.02
+    temperature: float = 1.0  # a field no option of meta-train knows
 
 
 BUILT = []
@@ -88,6 +89,48 @@ def test_a_users_algorithm_runs_with_import(tmp_path: Path, monkeypatch: pytest.
         built = sys.modules["my_algos"].BUILT
         assert built and built[-1].inner_steps == 2 and built[-1].inner_lr == 0.01, built
         assert "mse" in result.output, result.output
+    finally:
+        unregister_algorithm("mine")
+        sys.modules.pop("my_algos", None)
+
+
+def test_a_plugins_own_settings_and_its_import_live_in_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_algos.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    try:
+        result = CliRunner().invoke(app, [*SINE, "--import", "my_algos", "--algo", "mine",
+                                          "--setting", "temperature=0.5", "--out", str(run)])
+        assert result.exit_code == 0, result.output
+        config = json.loads((run / "config.json").read_text())
+        assert config["settings"] == {"temperature": 0.5} and config["imports"] == ["my_algos"]
+        assert sys.modules["my_algos"].BUILT[-1].temperature == 0.5
+        for args in (["--setting", "temprature=2"], ["--setting", "inner_lr=0.1"]):
+            bad = CliRunner().invoke(app, [*SINE, "--import", "my_algos", "--algo", "mine", *args,
+                                           "--out", str(tmp_path / "bad")])
+            assert bad.exit_code == 2 and "Traceback" not in bad.output, bad.output
+        assert "mine has no setting 'temprature'; its settings are" in " ".join(
+            CliRunner().invoke(app, [*SINE, "--import", "my_algos", "--algo", "mine", "--setting",
+                                     "temprature=2"]).output.split())
+        # A later process knows nothing of the plugin: evaluate and --resume import it again.
+        unregister_algorithm("mine")
+        sys.modules.pop("my_algos", None)
+        result = CliRunner().invoke(app, ["evaluate", str(run), "--episodes", "2"])
+        assert result.exit_code == 0 and "mse" in result.output, result.output
+        unregister_algorithm("mine")
+        sys.modules.pop("my_algos", None)
+        result = CliRunner().invoke(app, [*SINE, "--algo", "mine", "--setting", "temperature=0.5",
+                                          "--steps", "3", "--resume", "--out", str(run)])
+        assert result.exit_code == 0, result.output
+        # Gone: one line naming the run and the module.
+        unregister_algorithm("mine")
+        sys.modules.pop("my_algos", None)
+        (tmp_path / "my_algos.py").unlink()
+        result = CliRunner().invoke(app, ["evaluate", str(run), "--episodes", "2"])
+        assert result.exit_code == 2, result.output
+        assert (f"the run in {run} was made with --import my_algos, which does not import here "
+                "(ModuleNotFoundError: No module named 'my_algos')") in " ".join(result.output.split()), result.output
     finally:
         unregister_algorithm("mine")
         sys.modules.pop("my_algos", None)

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, FuncgraphError
-from ..plugins import import_plugins
+from ..plugins import import_plugins, import_recorded
 
 if TYPE_CHECKING:
     from ..distributed import DistEnv
@@ -214,9 +214,10 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     """The start every training command (``meta-train``, ``train``, ``search``) shares.
 
     Keep freed activation memory for reuse (:func:`funcgraph.allocator.keep_freed_memory`),
-    apply ``--threads``, import the ``--import`` modules (before any name they register is
-    looked up), refuse ``--tensorboard`` without the tensorboard package and ``--resume``
-    without ``--out``: each mistake exits before data or model are built.
+    apply ``--threads``, import the ``--import`` modules and, under ``--resume``, those the run
+    recorded (before any name they register is looked up), refuse ``--tensorboard`` without
+    the tensorboard package and ``--resume`` without ``--out``: each mistake exits before data
+    or model are built.
     """
     from ..allocator import keep_freed_memory
     from ..train.events import require_tensorboard
@@ -229,6 +230,10 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
+    if resume and out is not None and (out / "config.json").is_file():  # its --import modules
+        from ..train import Run
+
+        import_recorded(Run.open(out).config, out)
 
 
 PlaceOption = Annotated[str | None, typer.Option(

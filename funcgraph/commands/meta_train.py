@@ -207,6 +207,11 @@ def meta_train(
     set_: Annotated[list[str] | None, typer.Option(
         "--set", rich_help_panel=MODEL_PANEL,
         help="Override a model hyperparameter: --set hidden=32 (repeatable).")] = None,
+    setting: Annotated[list[str] | None, typer.Option(
+        "--setting", rich_help_panel=ALGORITHM_PANEL,
+        help="An algorithm setting that has no option of its own, by its field name (a "
+             "plugin algorithm's fields): --setting temperature=0.5 (repeatable; the value "
+             "read as JSON, else text; stored in config.json).")] = None,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,
@@ -220,6 +225,7 @@ def meta_train(
 
     from .. import distributed
     from ..factory import parse_overrides
+    from ..factory.config import parse_value
     from ..placement import resolve_device
     from ..runs import default_config, meta_train, task_sources
     from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
@@ -245,6 +251,8 @@ def meta_train(
         validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,
         seed=seed,
+        settings={k: parse_value(v) for k, v in parse_overrides(
+            setting or [], option="--setting").items()} or None,
     )
     overrides = parse_overrides(set_ or [])
     # A run with --nproc re-runs this command under torchrun before any data is built.

@@ -147,12 +147,14 @@ def show(
 
 def _open(study: Path, storage: str | None) -> tuple[Any, Any]:
     from ..errors import ConfigError
+    from ..runs.tune_objective import import_study_plugins
     from ..runs.tune_space import load_space
     from ..runs.tune_study import SPACE_FILE, TuneOptions, open_study
 
     if not (study / SPACE_FILE).is_file():
         raise ConfigError(f"{study}: not a study directory (no {SPACE_FILE}); start one with "
                           "funcgraph tune run SPACE --study DIR")
+    import_study_plugins(study)  # what its trials were run with: names the space may use
     space = load_space(study / SPACE_FILE)
     return space, open_study(TuneOptions(space, study, storage=storage), create=False)
 

@@ -156,8 +156,9 @@ def load_shipped(name: str) -> dict[str, Any]:
     return parse_text(entry.read_text(encoding="utf-8"), fmt, f"{name} (shipped)")
 
 
-def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    """``["hidden=128", "layers[0].params.bias=false"]`` -> ``{"hidden": "128", ...}``.
+def parse_overrides(items: Iterable[str], option: str = "--set") -> dict[str, str]:
+    """``["hidden=128", "layers[0].params.bias=false"]`` -> ``{"hidden": "128", ...}``
+    (``option`` names the command-line option in the error for an item without ``=``).
 
     Values stay text here; :func:`apply_overrides` reads each as a JSON literal (``128``,
     ``0.5``, ``true``, ``[1, 28, 28]``) and otherwise keeps it as a string (``relu``).
@@ -167,7 +168,8 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. --set hidden=128")
+            example = "hidden=128" if option == "--set" else "temperature=0.5"
+            raise ConfigError(f"{option} {item}: expected KEY=VALUE, e.g. {option} {example}")
         out[key] = value.strip()
     return out
 

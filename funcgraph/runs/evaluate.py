@@ -10,6 +10,7 @@ from .. import random
 from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate, resolve_strategy
 from ..placement import resolve_device
+from ..plugins import import_recorded
 from ..precision import resolve_precision
 from ..train import Run
 from .memory import check_task_sizes
@@ -47,6 +48,7 @@ def evaluate_run(
     run that never validated, and the caller says which one it got.
     """
     run = Run.open(run_dir)
+    import_recorded(run.config, run_dir)
     cfg = MetaTrainConfig.from_json(run.config)
     changes: dict[str, Any] = {}
     if tasks is not None:

@@ -22,6 +22,7 @@ from ..factory import meta_init
 from ..files import atomic_write
 from ..model import Model
 from ..nn import masked_exits, per_sample_exits
+from ..plugins import import_recorded
 from ..train import Run
 from .resolve import resolve_model
 
@@ -101,6 +102,7 @@ def export_run(
         raise ExportError("--onnx needs the onnx and onnxscript packages "
                           "(pip install onnx onnxscript); nothing was written")
     run = Run.open(run_dir)
+    import_recorded(run.config, run_dir)
     spec = run.config.get("model")
     if not spec:
         raise ConfigError(f"{run_dir}/config.json has no 'model' entry to rebuild the model from")

@@ -79,6 +79,9 @@ class MetaTrainConfig:
     test_episodes: int = 600
     checkpoint_every: int = 50
     model: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Algorithm settings without a field (or option) of their own, by their name in the
+    algorithm's settings class: a plugin algorithm's fields (``--setting NAME=VALUE``)."""
 
     def __post_init__(self) -> None:
         algorithm_type(self.algo)
@@ -98,12 +101,28 @@ class MetaTrainConfig:
         check_number(_WHO, "--cg-tol", self.cg_tol)
         check_choice(_WHO, "--meta-optimizer", self.meta_optimizer, META_OPTIMIZERS)
         check_choice(_WHO, "--inner-optimizer", self.inner_optimizer, INNER_OPTIMIZERS)
+        self._check_settings()
         self._check_combination()
 
     @property
     def entry(self) -> AlgorithmType:
         """The algorithm's registry entry."""
         return algorithm_type(self.algo)
+
+    def _check_settings(self) -> None:
+        """``settings`` names only the algorithm's own fields, each without an option."""
+        if not isinstance(self.settings, dict):
+            raise ConfigError(f"{_WHO}: settings must be a dict of setting names to values, "
+                              f"got {type(self.settings).__name__}")
+        names = self.entry.setting_names()
+        for name in self.settings:
+            held = CONFIG_NAMES.get(name, name)
+            if held in _FIELD_NAMES:
+                raise ConfigError(f"--setting {name}: it has an option of its own; use "
+                                  f"{option(held)}")
+            if name not in names:
+                raise ConfigError(f"--setting {name}: {self.algo} has no setting {name!r}; its "
+                                  f"settings are {list(names)}")
 
     def _check_combination(self) -> None:
         """Refuse options that contradict each other instead of ignoring one of them."""
@@ -162,13 +181,14 @@ class MetaTrainConfig:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MetaTrainConfig:
         known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known - {"device"})
+        unknown = sorted(set(data) - known - {"device", "imports"})
         if unknown:
             raise ConfigError(f"config.json: unknown keys {unknown} (not a meta-train run?)")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
 _CONFIG_FIELDS = frozenset(MetaTrainConfig.__dataclass_fields__)
+_FIELD_NAMES = _CONFIG_FIELDS - {"settings", "model"}
 
 
 def algorithm_settings(cfg: MetaTrainConfig) -> Settings:
@@ -185,7 +205,11 @@ def algorithm_settings(cfg: MetaTrainConfig) -> Settings:
                 values[name] = values[name] or entry.default(name)
     if "first_order_until" in values and cfg.first_order:
         values["first_order_until"] = cfg.steps
-    return entry.settings(**values)
+    try:
+        return entry.settings(**{**values, **cfg.settings})
+    except (TypeError, ValueError) as e:  # a value the settings class refuses
+        raise ConfigError(f"--setting: {cfg.algo}'s settings refuse {cfg.settings}: {e}"
+                          ) from None
 
 
 def task_info(cfg: MetaTrainConfig, kind: str, ways: int | None) -> TaskInfo:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..plugins import import_recorded
 from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
@@ -19,6 +20,13 @@ from .tune_study import CAP_CHECK_STEPS, TRIALS_DIR, Echo, TuneOptions, metric_o
 
 def trial_dir(study_dir: Path, number: int) -> Path:
     return study_dir / TRIALS_DIR / f"trial-{number:04d}"
+
+
+def import_study_plugins(study_dir: Path) -> None:
+    """Import the ``--import`` modules the study's trials were run with (recorded in each
+    trial's ``config.json``), so reading the study later needs no ``--import``."""
+    for config in sorted((study_dir / TRIALS_DIR).glob("trial-*/config.json"))[:1]:
+        import_recorded(Run.open(config.parent).config, config.parent)
 
 
 def best_validation(run_dir: Path, metric: str) -> float | None:

@@ -28,6 +28,7 @@ from torch import Tensor
 from .. import distributed
 from ..errors import CheckpointError, ConfigError
 from ..files import atomic_write
+from ..plugins import imported_plugins
 from .checkpoint import checkpoint_exists, checkpoint_step, load_checkpoint, save_checkpoint
 from .events import EventLog, require_tensorboard
 from .ownership import CONFIG_FILE, RunLock, check_out_dir
@@ -77,6 +78,8 @@ class Run:
         (:mod:`funcgraph.train.events`; needs the ``tensorboard`` package). ``added`` names
         config keys newer than some runs, with the value a run that predates a key ran with
         (``{"precision": "float32"}``): such a run resumes when the new value is that one.
+        The modules imported by ``--import`` (:func:`funcgraph.plugins.imported_plugins`) are
+        recorded as ``"imports"``, for whatever reads the run later.
         """
         shared = env if env is not None and env.active else None
         if shared is not None and not shared.is_main:
@@ -84,6 +87,8 @@ class Run:
             return cls.open(out)
         path = Path(out)
         resolved: dict[str, Any] = json.loads(json.dumps(dict(config)))  # JSON types only
+        if imported_plugins():  # what a later evaluate, export or --resume must import
+            resolved.setdefault("imports", imported_plugins())
         check_out_dir(path)
         if tensorboard:
             require_tensorboard()
