@@ -1,4 +1,5 @@
-"""Devices: resolve ``--device`` strings, and place a model's params over several devices.
+"""Devices: resolve ``--device`` strings, set the CPU threads (:func:`cpu_threads`), and place
+a model's params over several devices.
 
 ``resolve_device("auto")`` picks CUDA if available, then MPS, else CPU; every other spelling
 (``cpu``, ``cuda``, ``cuda:N``, ``mps``) is checked against what torch sees, and a bad or absent
@@ -18,8 +19,9 @@ launches are asynchronous, so stage 1 of chunk ``i+1`` overlaps stage 2 of chunk
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +31,35 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .checks import check_int
 from .errors import ConfigError, DeviceError
 from .model import Model
 from .params import Params
 
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda)(?::(\d+))?$")
 EXPECTED = "auto, cpu, cuda, cuda:N or mps"
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` intra-op CPU threads (``torch.set_num_threads``; 0 keeps
+    the current count), restoring the count after it.
+
+    The count decides the CPU strategies' cost: ``strategy="threads"`` starts that many worker
+    threads (one intra-op thread each), ``"loop"`` and ``"vmap"`` give every op that many
+    threads. Timings swing with it when other processes share the cores (the meta-learning
+    guide's "Threads" section), so set it explicitly where results are compared: one thread per
+    process when several run side by side (the commands' ``--threads 1``), the core count for
+    one job alone.
+    """
+    check_int("cpu_threads", "threads", threads, minimum=0)
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def resolve_device(spec: str | torch.device = "auto") -> torch.device:
@@ -313,6 +338,7 @@ __all__ = [
     "EXPECTED",
     "PlacementPlan",
     "check_plan",
+    "cpu_threads",
     "parse_plan",
     "place",
     "placed",

@@ -163,3 +163,20 @@ def test_placed_checks_params_and_micro_batches() -> None:
         placed(f, "*=cpu", micro_batches=3)(params, x)
     with pytest.raises(ConfigError, match="micro_batches must be >= 1"):
         placed(f, "*=cpu", micro_batches=0)
+
+
+def test_cpu_threads_sets_the_count_for_the_block_and_restores_it() -> None:
+    from funcgraph.placement import cpu_threads
+
+    before = torch.get_num_threads()
+    with cpu_threads(2):
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError, match="inside"), cpu_threads(2):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before, "restored when the block raises"
+    with cpu_threads(0):
+        assert torch.get_num_threads() == before, "0 keeps the count"
+    with pytest.raises(ConfigError, match="cpu_threads: threads must be an int >= 0, got -1"):
+        with cpu_threads(-1):
+            pass

@@ -53,10 +53,16 @@ length its MSL annealing defaults to."""
 class Settings:
     """The base of every algorithm's settings: the checks that run when a record is built.
 
-    ``OWNER`` names the library function the settings belong to, for messages.
+    ``OWNER`` names the library function the settings belong to, for messages; a class that
+    sets none (a user's own) is named by its class name.
     """
 
-    OWNER: ClassVar[str] = "settings"
+    OWNER: ClassVar[str] = ""
+
+    @property
+    def owner(self) -> str:
+        """Who a refused value is reported against: ``OWNER``, else the class name."""
+        return self.OWNER or type(self).__name__
 
     def __post_init__(self) -> None:
         self.check()
@@ -84,9 +90,9 @@ class AdaptSettings(Settings):
     eval_steps: int = 3
 
     def check(self) -> None:
-        check_int(self.OWNER, "inner_steps", self.inner_steps, minimum=self._least_steps)
-        check_rate(self.OWNER, "inner_lr", self.inner_lr)
-        check_int(self.OWNER, "eval_steps", self.eval_steps, minimum=0)
+        check_int(self.owner, "inner_steps", self.inner_steps, minimum=self._least_steps)
+        check_rate(self.owner, "inner_lr", self.inner_lr)
+        check_int(self.owner, "eval_steps", self.eval_steps, minimum=0)
 
     _least_steps: ClassVar[int] = 0
 
@@ -106,8 +112,8 @@ class MamlSettings(AdaptSettings):
 
     def check(self) -> None:
         super().check()
-        check_bool(self.OWNER, "first_order", self.first_order)
-        check_bool(self.OWNER, "remat", self.remat)
+        check_bool(self.owner, "first_order", self.first_order)
+        check_bool(self.owner, "remat", self.remat)
 
 
 @dataclass(frozen=True)
@@ -142,10 +148,10 @@ class MamlppSettings(AdaptSettings):
     def check(self) -> None:
         super().check()
         if self.msl_anneal_steps is not None:
-            check_int(self.OWNER, "msl_anneal_steps", self.msl_anneal_steps)
-        check_int(self.OWNER, "first_order_until", self.first_order_until, minimum=0)
-        check_bool(self.OWNER, "lslr", self.lslr)
-        check_bool(self.OWNER, "multi_step_loss", self.multi_step_loss)
+            check_int(self.owner, "msl_anneal_steps", self.msl_anneal_steps)
+        check_int(self.owner, "first_order_until", self.first_order_until, minimum=0)
+        check_bool(self.owner, "lslr", self.lslr)
+        check_bool(self.owner, "multi_step_loss", self.multi_step_loss)
 
     def anneal_steps(self, meta_steps: int) -> int:
         """``msl_anneal_steps``, or :data:`MSL_ANNEAL_FRACTION` of ``meta_steps`` (>= 1)."""
@@ -174,9 +180,9 @@ class ImamlSettings(AdaptSettings):
 
     def check(self) -> None:
         super().check()
-        check_rate(self.OWNER, "lam", self.lam)
-        check_int(self.OWNER, "cg_steps", self.cg_steps)
-        check_number(self.OWNER, "cg_tol", self.cg_tol)
+        check_rate(self.owner, "lam", self.lam)
+        check_int(self.owner, "cg_steps", self.cg_steps)
+        check_number(self.owner, "cg_tol", self.cg_tol)
 
 
 @dataclass(frozen=True)
@@ -199,8 +205,8 @@ class ReptileSettings(AdaptSettings):
 
     def check(self) -> None:
         super().check()
-        check_choice(self.OWNER, "inner_optimizer", self.inner_optimizer, INNER_OPTIMIZERS)
-        check_bool(self.OWNER, "inner_minibatches", self.inner_minibatches)
+        check_choice(self.owner, "inner_optimizer", self.inner_optimizer, INNER_OPTIMIZERS)
+        check_bool(self.owner, "inner_minibatches", self.inner_minibatches)
 
 
 @dataclass(frozen=True)

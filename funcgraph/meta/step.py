@@ -59,8 +59,8 @@ def meta_step(
     Arguments:
         learner: the meta-learner (``maml(...)``, ``protonet(...)``, ...).
         optimizer: a pure optimiser (:func:`funcgraph.train.adam`, ``sgd``).
-        params, opt_state: the meta-parameters and the optimiser's state
-            (``optimizer.init(params)`` at the start).
+        params: the meta-parameters.
+        opt_state: the optimiser's state (``optimizer.init(params)`` at the start).
         tasks: a batch of tasks (leading dim ``T``; keys, if any, one per task).
         step: the 0-based meta-step (a learner with a schedule depends on it).
         lr: the meta learning rate of this step, ``>= 0`` (a schedule may end at 0;
