@@ -33,6 +33,40 @@ def test_top_two_edges_and_their_strongest_op() -> None:
     assert cell[2:4] == [("skip_connect", 0), ("dil_conv_5x5", 2)]
 
 
+def test_strength_order_lists_the_stronger_edge_first() -> None:
+    w = _flat()
+    w[ROW[0] + 1, OP["sep_conv_3x3"]] = 0.9  # node 2 <- 1, stronger than 2 <- 0
+    w[ROW[0] + 0, OP["max_pool_3x3"]] = 0.5
+    w[ROW[1] + 0, OP["skip_connect"]] = 0.8  # node 3 <- 0, stronger than 3 <- 2
+    w[ROW[1] + 2, OP["dil_conv_5x5"]] = 0.7
+    cell = derive_cell(w, edge_order="strength")
+    assert cell[0:2] == [("sep_conv_3x3", 1), ("max_pool_3x3", 0)], \
+        f"node 2: the stronger edge (from node 1) first, as DARTS' genotype() lists it: {cell}"
+    assert cell[2:4] == [("skip_connect", 0), ("dil_conv_5x5", 2)], cell
+    assert derive_cell(w)[0:2] == [("max_pool_3x3", 0), ("sep_conv_3x3", 1)], \
+        "the default lists the lower input first"
+    with pytest.raises(ConfigError, match="edge_order"):
+        derive_cell(w, edge_order="weight")  # type: ignore[arg-type]
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from([None, 0, 2]))
+def test_both_edge_orders_describe_the_same_cell(seed: int, skip_cap: int | None) -> None:
+    w = torch.softmax(random.normal(random.key(seed), (2, E, K)), -1)
+    weights = {"normal": w[0], "reduce": w[1]}
+    by_input = derive_genotype(weights, skip_cap=skip_cap)
+    by_strength = derive_genotype(weights, skip_cap=skip_cap, edge_order="strength")
+    for c, kind in enumerate(("normal", "reduce")):
+        a, b = getattr(by_input, kind), getattr(by_strength, kind)
+        strength = w[c][:, 1:].max(-1).values  # an edge's strongest op besides none
+        for node in range(len(a) // 2):
+            pair_a, pair_b = a[2 * node:2 * node + 2], b[2 * node:2 * node + 2]
+            assert sorted(pair_a) == sorted(pair_b), f"{kind} node {node + 2}: {a} vs {b}"
+            assert pair_a[0][1] < pair_a[1][1], f"input order: lower input first, {pair_a}"
+            first, second = (ROW[node] + j for _, j in pair_b)
+            assert strength[first] >= strength[second] or skip_cap is not None, \
+                f"strength order: stronger edge first, {pair_b}"
+
+
 def test_none_is_never_chosen_even_when_strongest() -> None:
     w = _flat()
     w[:, OP["none"]] = 0.99

@@ -184,3 +184,27 @@ def test_class_halves_takes_any_classification_dataset_and_the_search_its_channe
         class_halves("rgb-shapes", split="test", num_classes=21, image_size=8)
     with pytest.raises(ConfigError, match="'sinusoid' is regression"):
         class_halves("sinusoid")
+
+
+def test_edge_order_strength_lists_the_same_cell_as_darts_code_does(
+        tmp_path: Path, whole: tuple[Path, Any]) -> None:
+    from dataclasses import replace
+
+    from funcgraph.nas import derive_genotype
+
+    _, by_input = whole
+    result = run_search(tmp_path / "strength", DATA, replace(CFG, edge_order="strength"),
+                        show_progress=False)
+    history = [json.loads(line) for line in
+               (tmp_path / "strength" / "alpha_history.jsonl").read_text().splitlines()]
+    weights = {k: torch.tensor(history[-1][k]) for k in ("normal", "reduce")}
+    assert result.genotype == derive_genotype(weights, edge_order="strength")
+    for kind in ("normal", "reduce"):
+        mine, theirs = getattr(by_input.genotype, kind), getattr(result.genotype, kind)
+        assert [sorted(mine[i:i + 2]) for i in range(0, len(mine), 2)] == \
+            [sorted(theirs[i:i + 2]) for i in range(0, len(theirs), 2)], "the same cell"
+    with pytest.raises(ConfigError, match=r"edge_order \(--edge-order\) 'strength' lists the "
+                                          "argmax derivation's edges"):
+        SearchConfig(edge_order="strength", select="perturbation")
+    with pytest.raises(ConfigError, match="edge_order .* must be one of"):
+        SearchConfig(edge_order="weight")  # type: ignore[arg-type]

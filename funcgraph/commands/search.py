@@ -38,6 +38,11 @@ class Order(StrEnum):
     second = "second"
 
 
+class EdgeOrder(StrEnum):
+    input = "input"
+    strength = "strength"
+
+
 class Hypergradient(StrEnum):
     exact = "exact"
     finite_difference = "finite-difference"
@@ -102,6 +107,11 @@ def search(
         rich_help_panel=REMEDIES_PANEL,
         help="The final genotype: argmax (DARTS' derivation) or perturbation (DARTS-PT, on "
              "the validation half).")] = Select.argmax,
+    edge_order: Annotated[EdgeOrder, typer.Option(
+        rich_help_panel=SEARCH_PANEL,
+        help="How genotype.json lists a node's two edges: input (lower input first) or "
+             "strength (stronger edge first, as DARTS' code does); the same cell.")
+    ] = EdgeOrder.input,
     model: Annotated[str | None, typer.Option(
         rich_help_panel=NETWORK_PANEL,
         help="The network around the cells: a funcgraph.factory config file or name whose "
@@ -180,7 +190,7 @@ def search(
                        primitives=load_space(space) if space is not None else None,
                        warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
                        edge_normalization=edge_normalization, stop_stable=stop_stable,
-                       select=select.value)
+                       select=select.value, edge_order=edge_order.value)
     data = class_halves(dataset, num_classes=classes, image_size=image_size,
                         data_root=data_root)
     if dry_run:

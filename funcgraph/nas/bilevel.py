@@ -11,7 +11,8 @@ one step on each. The architecture gradient is either
   inner gradient (a mixed second derivative, computed exactly); with ``"finite-difference"``
   it is the paper's approximation
   ``-lr * (grad_a L_train(w+, a) - grad_a L_train(w-, a)) / (2 eps)``, ``w+- = w +- eps v``,
-  ``v = grad_w' L_val``, ``eps = fd_radius / ||v||``.
+  ``v = grad_w' L_val``, ``eps = fd_radius / ||v||``, which on DARTS' ReLU and max-pool ops
+  is far from the exact value at the paper's radius (:func:`hypergradient`).
 
 All functions take a plain ``loss_fn(weights, arch, batch) -> loss`` (contract 3): a DARTS
 supernet is one such function, a hand-written one over a dict is another.
@@ -50,6 +51,10 @@ class BilevelConfig:
     in a search 300x shorter. The weights' cosine schedule starts at twice the paper's rate so
     the supernet's weights learn within the short budget. Momentum, weight decay, betas and
     gradient clipping are the paper's.
+
+    ``order="second"`` differentiates through one unrolled weight step, by ``hypergradient``:
+    ``"exact"`` (a vjp) or the paper's ``"finite-difference"`` at ``fd_radius``, an
+    approximation that DARTS' ReLU and max-pool ops put far off (:func:`hypergradient`).
     """
 
     w_lr: float = 0.05
@@ -113,9 +118,25 @@ def hypergradient(
 ) -> Params:
     """``d/da L_val(w'(a), a)`` through one unrolled step of ``optimizer`` at rate ``lr``.
 
-    ``method="exact"`` differentiates through the inner gradient with ``torch.func.vjp``;
-    ``"finite-difference"`` uses the paper's central difference (exact only for updates whose
-    Jacobian in the gradient is ``-lr * I``, such as SGD with momentum and L2 decay).
+    ``method="exact"`` differentiates through the inner gradient with ``torch.func.vjp``: the
+    derivative itself, to rounding. On ops with kinks (ReLU, max pool) the unrolled step holds
+    their step-function derivatives, so ``L_val(w'(a), a)`` jumps where a pre-activation
+    changes sign or a pool's argmax moves; the exact value is the derivative of the smooth
+    piece ``a`` lies on.
+
+    ``"finite-difference"`` is the paper's central difference of ``grad_a L_train`` between
+    ``w +- eps v`` (``eps = fd_radius / ||v||``, the module docstring). Its formula holds only
+    for updates whose Jacobian in the gradient is ``-lr * I`` (SGD with momentum and L2
+    decay, not Adam), and even then it is an approximation (exact only where
+    ``grad_a L_train`` is linear in ``w``, as for a quadratic loss): on smooth ops its error
+    falls as ``fd_radius ** 2``, but on DARTS' ReLU and max-pool ops ``grad_a L_train`` jumps
+    wherever a sign or an argmax differs between ``w+`` and ``w-``, and a difference quotient
+    across a jump grows as the radius shrinks. ``benchmarks/darts_fd.py`` measures
+    both on a small float64 supernet (docs/darts.md, "The finite-difference hypergradient,
+    measured"): with DARTS' ops the error grows from a third of the hypergradient's largest
+    entry at radius 1e-1 to several times it at 1e-4; with SiLU and average pooling it falls
+    as the radius squared. The difference converges on DARTS' ops only at radii below the
+    nearest kink (``examples/darts_hypergradient.py``).
     """
     if method == "exact":
         def step(a: Params) -> Params:

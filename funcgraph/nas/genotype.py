@@ -3,8 +3,10 @@
 Derivation follows DARTS: for each intermediate node keep the two incoming edges (from distinct
 predecessors) whose strongest non-``none`` op weighs most, and on each kept edge that op.
 Ties go to the lower index (the earlier predecessor, the earlier primitive), so derivation is
-deterministic. ``skip_cap`` bounds skip connections per cell the P-DARTS way: while the cell has
-too many, the weakest chosen skip is struck off and the cell is derived again.
+deterministic. A node's two edges are listed lower input first (``edge_order="input"``) or,
+as DARTS' own code lists them, stronger edge first (``"strength"``): the same cell either way.
+``skip_cap`` bounds skip connections per cell the P-DARTS way: while the cell has too many,
+the weakest chosen skip is struck off and the cell is derived again.
 
 The JSON form mirrors DARTS' ``Genotype`` namedtuple::
 
@@ -22,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -37,6 +39,9 @@ NONE = "none"
 
 Edge = tuple[str, int]
 """``(op name, input node)`` of one chosen edge; nodes 0 and 1 are the cell inputs."""
+EdgeOrder = Literal["input", "strength"]
+"""How a node's two edges are listed: lower input first, or stronger edge first (DARTS' code)."""
+EDGE_ORDERS = ("input", "strength")
 
 
 @dataclass(frozen=True)
@@ -128,14 +133,21 @@ def derive_cell(
     primitives: Sequence[Primitive] = PRIMITIVES,
     steps: int = STEPS,
     skip_cap: int | None = None,
+    edge_order: EdgeOrder = "input",
 ) -> list[Edge]:
     """The ``2 * steps`` edges of one cell from its weights ``(num_edges, num_ops)``.
 
     Weights may be logits or softmax values (only their order matters within a row; across
     rows DARTS compares softmax values, so pass those). ``skip_cap`` limits skip connections.
     Column ``k`` is op ``k`` of the space ``primitives``; the edges name those ops.
+    ``edge_order`` lists each node's two edges lower input first (``"input"``) or stronger
+    edge first (``"strength"``, the order of DARTS' ``genotype()``); the cell is the same,
+    only the listing (and so the discrete network's param names) differs.
     """
     names = primitive_names(primitives, where="derive_cell")
+    if edge_order not in EDGE_ORDERS:
+        raise ConfigError(f"derive_cell: edge_order must be one of {list(EDGE_ORDERS)}, got "
+                          f"{edge_order!r}")
     if weights.shape != (num_edges(steps), len(names)):
         raise ShapeError(f"derive_cell: expected weights ({num_edges(steps)}, {len(names)}),"
                          f" got {tuple(weights.shape)}")
@@ -144,11 +156,11 @@ def derive_cell(
         weights = weights.clone()
         weights[:, none] = -torch.inf
     if skip_cap is None or SKIP not in names:
-        return _top2(weights, names, steps)
+        return _top2(weights, names, steps, edge_order)
     skip = names.index(SKIP)
     weights = weights.clone()
     while True:
-        cell = _top2(weights, names, steps)
+        cell = _top2(weights, names, steps, edge_order)
         chosen = [e for e, (op, _) in zip(_chosen_rows(cell, steps), cell, strict=True)
                   if op == SKIP]
         if len(chosen) <= skip_cap:
@@ -157,7 +169,8 @@ def derive_cell(
         weights[weakest, skip] = -torch.inf
 
 
-def _top2(weights: Tensor, primitives: Sequence[str], steps: int) -> list[Edge]:
+def _top2(weights: Tensor, primitives: Sequence[str], steps: int,
+          edge_order: EdgeOrder) -> list[Edge]:
     cell: list[Edge] = []
     start = 0
     w = weights.tolist()
@@ -166,7 +179,7 @@ def _top2(weights: Tensor, primitives: Sequence[str], steps: int) -> list[Edge]:
         strength = {e: max(w[e]) for e in rows}
         # stable sort on -strength: ties keep the lower predecessor
         best = sorted(rows, key=lambda e: -strength[e])[:2]
-        for e in sorted(best):
+        for e in sorted(best) if edge_order == "input" else best:
             row = w[e]
             k = max(range(len(primitives)), key=lambda k: (row[k], -k))
             if w[e][k] == -float("inf"):
@@ -193,15 +206,18 @@ def derive_genotype(
     steps: int = STEPS,
     multiplier: int | None = None,
     skip_cap: int | None = None,
+    edge_order: EdgeOrder = "input",
 ) -> Genotype:
     """A genotype from ``{"normal": (E, K), "reduce": (E, K)}`` softmax weights
     (:func:`funcgraph.nas.arch_weights` gives them from params). ``skip_cap`` applies to both
     cells. ``steps`` and ``multiplier`` are the supernet's: its cells concatenate their last
     ``multiplier`` nodes (:func:`~funcgraph.nas.cell.output_nodes`; None: all ``steps``), and
-    so do the genotype's."""
+    so do the genotype's. ``edge_order`` (:func:`derive_cell`): ``"input"`` lists each node's
+    edges lower input first, ``"strength"`` stronger edge first, as DARTS' code does."""
     concat = output_nodes(steps, multiplier, where="derive_genotype")
     cells = {kind: tuple(derive_cell(weights[kind], primitives=primitives, steps=steps,
-                                     skip_cap=skip_cap)) for kind in ("normal", "reduce")}
+                                     skip_cap=skip_cap, edge_order=edge_order))
+             for kind in ("normal", "reduce")}
     return Genotype(cells["normal"], concat, cells["reduce"], concat)
 
 
@@ -225,4 +241,5 @@ def random_genotype(
     return Genotype(cells["normal"], concat, cells["reduce"], concat)
 
 
-__all__ = ["Edge", "Genotype", "derive_cell", "derive_genotype", "random_genotype"]
+__all__ = ["EDGE_ORDERS", "Edge", "EdgeOrder", "Genotype", "derive_cell", "derive_genotype",
+           "random_genotype"]

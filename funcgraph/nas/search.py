@@ -27,7 +27,7 @@ from ..params import Params, State, zip_map
 from ..train import Groups, StepFn, cosine_lr
 from .bilevel import BilevelConfig, LossFn, arch_gradient, clip_grad_norm
 from .cell import AUX_SKIP, STEPS, search_network
-from .genotype import SKIP
+from .genotype import EDGE_ORDERS, SKIP, EdgeOrder
 from .ops import PRIMITIVES
 from .remedies import aux_skip_coefficient, beta_decay_gradient, beta_decay_weight
 
@@ -108,6 +108,9 @@ class SearchConfig:
       this many consecutive epoch ends (DARTS+; 0 = off).
     - ``select``: ``"argmax"`` (DARTS' derivation) or ``"perturbation"`` (DARTS-PT) for the
       final genotype.
+    - ``edge_order``: how the argmax derivation lists a node's two edges: ``"input"`` (lower
+      input first) or ``"strength"`` (stronger edge first, as DARTS' code does); the same cell
+      either way (:func:`~funcgraph.nas.genotype.derive_genotype`).
     """
 
     C: int = 8
@@ -131,6 +134,7 @@ class SearchConfig:
     edge_normalization: bool = False
     stop_stable: int = 0
     select: Select = "argmax"
+    edge_order: EdgeOrder = "input"
 
     def __post_init__(self) -> None:
         where = "SearchConfig"
@@ -152,6 +156,13 @@ class SearchConfig:
         if self.select not in SELECTIONS:
             raise ConfigError(f"{where}: select must be one of {list(SELECTIONS)}, got "
                               f"{self.select!r}")
+        if self.edge_order not in EDGE_ORDERS:
+            raise ConfigError(f"{where}: edge_order (--edge-order) must be one of "
+                              f"{list(EDGE_ORDERS)}, got {self.edge_order!r}")
+        if self.edge_order != "input" and self.select != "argmax":
+            raise ConfigError(f"{where}: edge_order (--edge-order) {self.edge_order!r} lists "
+                              "the argmax derivation's edges; select (--select) "
+                              f"{self.select!r} chooses them by perturbation")
         check_int(where, "partial_channels", self.partial_channels)
         if self.C % self.partial_channels or (self.C // self.partial_channels) % 2:
             raise ConfigError(f"{where}: partial_channels (--partial-channels) "

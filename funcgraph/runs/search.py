@@ -162,9 +162,10 @@ class _Search:
         ``cfg.skip_cap``."""
         cfg, w = self.cfg, arch_weights(arch_params)
         capped = derive_genotype(w, primitives=cfg.space, steps=cfg.nodes,
-                                 multiplier=cfg.multiplier, skip_cap=cfg.skip_cap)
+                                 multiplier=cfg.multiplier, skip_cap=cfg.skip_cap,
+                                 edge_order=cfg.edge_order)
         return w, capped, derive_genotype(w, primitives=cfg.space, steps=cfg.nodes,
-                                          multiplier=cfg.multiplier)
+                                          multiplier=cfg.multiplier, edge_order=cfg.edge_order)
 
     def end_of_epoch(self, step: int, g: Groups) -> dict[str, float]:
         """Validates the supernet after ``step`` steps, appends the epoch to the history
@@ -320,7 +321,7 @@ def run_search(
     plan = plan_search(data, cfg, extra_config, device=device)
     config = _as_stored(plan.config, Path(out)) if resume else plan.config
     run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env,
-                     tensorboard=tensorboard)
+                     tensorboard=tensorboard, added={"edge_order": "input"})
     try:
         data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                        val_x=data.val_x.to(device), val_y=data.val_y.to(device))
