@@ -131,3 +131,28 @@ def test_onnx_export_names_its_side_file(tmp_path: Path) -> None:
     assert (tmp_path / "m.onnx.data").exists()
     assert f"wrote ONNX to {onnx} with its weights in {onnx}.data" in output, output
     assert json.loads(json.dumps(read_metadata(tmp_path / "m.pt2")))["per_sample"] is True
+
+
+META = ["meta-train", "--tasks", "3way1shot", "--steps", "1", "--meta-batch", "1",
+        "--episodes", "1", "--val-episodes", "1", "--validate-every", "0", "--image-size", "8",
+        "--set", "hidden=4", "--device", "cpu", "--threads", "1"]
+
+
+@pytest.mark.parametrize("algo", ["maml", "fomaml", "metasgd", "anil", "mamlpp", "imaml",
+                                  "reptile", "protonet"])
+def test_every_algorithms_export_refusal_names_a_remedy_its_commands_accept(
+        tmp_path: Path, algo: str) -> None:
+    """The main job's model exports, or its refusal names a remedy that the same run's
+    commands take: --batch-dependent, which then exports the meta-initialisation (MAML++:
+    its first inner step's batch-norm weights) equal to the run's model."""
+    run, model = tmp_path / "run", tmp_path / "m.pt2"
+    code, output = invoke(*META, "--algo", algo, "--out", str(run))
+    assert code == 0, output
+    code, output = invoke("export", str(run), "--out", str(model))
+    if code == 0:
+        return
+    line = error_line(output)
+    assert f"as {algo} evaluates" in line and "--batch-dependent" in line, line
+    assert "--bn-running-stats" not in line, "no retraining option gives a per-sample program"
+    code, again = invoke("export", str(run), "--out", str(model), "--batch-dependent")
+    assert code == 0, f"the remedy {line!r} fails: {again}"

@@ -112,7 +112,7 @@ def export(
     norm with batch statistics, as meta-learning's transductive conv4 uses) is refused unless
     ``batch_dependent=True``; the artifact records which (``per_sample`` in
     ``funcgraph.json``). Per-sample behaviour comes from running statistics (batch norm with
-    ``running_stats=True``, which meta-train's ``--bn-running-stats`` accumulates).
+    ``running_stats=True``).
 
     Arguments:
         model: what to export.
@@ -140,8 +140,8 @@ def export(
             f"export of {model.name!r}: its outputs depend on the batch (a sample alone and "
             f"beside another differ by up to {coupling:.2g}), as batch norm with batch "
             "statistics does; export per-sample behaviour from running statistics (batch norm "
-            "with running_stats=True; meta-train --bn-running-stats accumulates them), or "
-            "pass batch_dependent=True (export --batch-dependent) to export it as it is")
+            "with running_stats=True), or pass batch_dependent=True (export --batch-dependent) "
+            "to export it as it is")
     wrapper = ExportWrapper(model, params, state).eval()
     dynamic: Any = None
     if dynamic_batch:

@@ -17,13 +17,22 @@ import torch
 
 from .. import random
 from ..errors import ConfigError, ExportError
-from ..export import export, export_onnx, onnx_available, onnx_files, read_metadata
+from ..export import (
+    batch_coupling,
+    export,
+    export_onnx,
+    onnx_available,
+    onnx_files,
+    read_metadata,
+)
 from ..factory import meta_init
 from ..files import atomic_write
+from ..meta import step_params
 from ..model import Model
 from ..nn import masked_exits, per_sample_exits
 from ..plugins import import_recorded
 from ..train import Run
+from ..train.checkpoint import verify_groups
 from .resolve import resolve_model
 
 
@@ -113,7 +122,11 @@ def export_run(
         model = masked_exits(model) if batched_exits else per_sample_exits(model)
         dynamic_batch = dynamic_batch and batched_exits  # the per-sample program takes one
     expect_params, expect_state = meta_init(model)
-    groups, _ = run.load(checkpoint, expect={"params": expect_params, "state": expect_state})
+    groups, _ = run.load(checkpoint)
+    if "algo" in run.config:  # the meta-initialisation: the learner's own params stay behind
+        groups["params"] = step_params(groups.get("params", {}), 0)  # MAML++: step 0's norms
+    verify_groups(run.checkpoint_dir / checkpoint, groups,
+                  {"params": expect_params, "state": expect_state})
     params, state = groups.get("params", {}), groups.get("state", {})
     shape = tuple(input_shape) if input_shape is not None else run_input_shape(model, run.config)
     if model.meta.get("program") == "per_sample" and shape[0] != 1:
@@ -121,6 +134,8 @@ def export_run(
                           "of an early-exit model takes one sample (batch 1); pass "
                           "--batched-exits for the masked batch program")
     x = random.normal(random.key(0), shape)
+    if not batch_dependent and (coupling := batch_coupling(model, params, state, (x,))):
+        raise ExportError(batch_remedy(run.config, model.name, coupling))
     try:
         program = export(model, params, state, x, dynamic_batch=dynamic_batch, path=out,
                          batch_dependent=batch_dependent)
@@ -143,6 +158,22 @@ def export_run(
     per_sample = read_metadata(out).get("per_sample") is True
     return Exported(model.name, checkpoint, Path(out), shape, ops, err, per_sample, written,
                     dynamic_batch)
+
+
+def batch_remedy(config: Mapping[str, Any], model_name: str, coupling: float) -> str:
+    """The refusal of a run whose model's outputs depend on the batch, naming the remedy the
+    run's commands accept: ``--batch-dependent`` (a meta-learner's conv4 normalises each task's
+    images together, at training and at evaluation alike, and keeps no running statistics to
+    export instead)."""
+    head = (f"export of {model_name!r}: its outputs depend on the batch (a sample alone and "
+            f"beside another differ by up to {coupling:.2g}): batch norm uses batch statistics")
+    algo = config.get("algo")
+    if not isinstance(algo, str):
+        return (f"{head}; pass --batch-dependent to export it as it is, or train with batch "
+                "norm's running statistics for a per-sample program")
+    return (f"{head}, as {algo} evaluates (each task's images normalised together); pass "
+            "--batch-dependent to export it so, and feed a task's support and query images "
+            "as one batch")
 
 
 def _reported(error: ExportError, run_dir: Path) -> ExportError:

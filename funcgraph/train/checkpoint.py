@@ -112,15 +112,18 @@ def load_checkpoint(
         if name not in groups.setdefault(group, {}):
             groups[group][name] = t.clone()
     if expect is not None:
-        _verify(tensor_path, groups, expect)
+        verify_groups(tensor_path, groups, expect)
     return groups, meta
 
 
-def _verify(
-    path: Path,
+def verify_groups(
+    path: str | Path,
     groups: Mapping[str, Mapping[str, Tensor]],
     expect: Mapping[str, Mapping[str, Tensor]],
 ) -> None:
+    """Check ``groups`` (read from checkpoint ``path``) against ``expect`` as
+    :func:`load_checkpoint` does: the same names, shapes and dtypes, else a
+    :class:`CheckpointError` listing the differences."""
     problems: list[str] = []
     for group, template in expect.items():
         got = groups.get(group, {})
@@ -238,4 +241,4 @@ def checkpoint_exists(path: str | Path) -> bool:
 
 
 __all__ = ["check_sidecar", "checkpoint_exists", "checkpoint_step", "load_checkpoint",
-           "save_checkpoint"]
+           "save_checkpoint", "verify_groups"]
