@@ -1,6 +1,6 @@
 """Mistakes that once passed without a word are refused where the object is built: an
-optimiser or schedule with an impossible argument, a learner given a Model or an nn.Module
-instead of a bound function, and a batch-norm model bound for evaluation under a learner."""
+optimiser or schedule with an impossible argument, a learner given something that is no
+model, and a batch-norm model bound for evaluation under a learner."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from funcgraph import bind, from_module, nn, random
+from funcgraph import Model, bind, from_module, nn, random
 from funcgraph.errors import ConfigError
 from funcgraph.meta import imaml, maml, mamlpp, protonet, reptile
 from funcgraph.train import adam, cosine_lr, sgd
@@ -59,13 +59,16 @@ def bn_model() -> tuple[nn.Model, dict, dict]:
 
 
 @pytest.mark.parametrize("learner", LEARNERS, ids=NAMES)
-def test_a_learner_refuses_a_model_or_module_with_the_fix(learner) -> None:
-    model, _, state = bn_model()
-    with pytest.raises(ConfigError, match=r"got the Model 'serial' itself; pass the function "
-                                          r"funcgraph.bind\(model, state, train=True\)"):
-        learner(model)
-    with pytest.raises(ConfigError, match="got the nn.Module Conv2d; convert it first"):
-        learner(torch.nn.Conv2d(1, 2, 3))
+def test_a_learner_binds_a_model_or_module_for_training_itself(learner) -> None:
+    """A Model or an nn.Module is no longer a mistake: the learner binds it with
+    ``train=True`` (tests/test_short_path.py checks it equals the bound function)."""
+    model, _, _ = bn_model()
+    assert learner(model).model is model
+    converted = learner(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2)))
+    assert isinstance(converted.model, Model)
+    with pytest.raises(ConfigError, match="apply must be a function f.*a funcgraph Model or a "
+                                          "torch.nn.Module, got 3"):
+        learner(3)
 
 
 @pytest.mark.parametrize("learner", LEARNERS, ids=NAMES)

@@ -78,6 +78,20 @@ class TaskSpec:
         return f"{self.ways}way{self.shots}shot{self.queries}query"
 
 
+_REGRESSION_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
+
+
+def regression_spec(text: str, dataset: str = "sinusoid") -> tuple[int, int]:
+    """A regression task spec (sinusoid's, or ``dataset``'s): ``"10shot"`` (or
+    ``"10shot20query"``; a ``"<N>way"`` prefix is ignored) -> ``(K, Q)``: K points to adapt
+    on, Q scored; the query count defaults to K, as in the MAML paper."""
+    m = _REGRESSION_SPEC.fullmatch(text.strip().lower()) if isinstance(text, str) else None
+    if m is None or int(m[1]) < 1 or (m[2] is not None and int(m[2]) < 1):
+        raise TaskSpecError(f"{dataset} task spec {text!r} is not of the form '<K>shot' or "
+                            "'<K>shot<Q>query' with K, Q >= 1, e.g. '10shot'")
+    return int(m[1]), int(m[2] or m[1])
+
+
 @dataclass(frozen=True)
 class TaskBatch:
     """``T`` classification tasks.

@@ -1,6 +1,10 @@
 """Meta-learning: MAML, first-order MAML, Meta-SGD, ANIL, MAML++, implicit MAML, Reptile,
 prototypical networks.
 
+The short path: a learner built straight from your ``nn.Module`` (``maml(module)``), a
+:class:`MetaTrainer` over a frozen :class:`TrainState` (``init``, ``step``, ``evaluate``) and
+:func:`tasks` for meta-batches of a named data set. The pure pieces below are the long path.
+
 Every algorithm is a :class:`MetaLearner`, pure functions over a flat dict of
 meta-parameters taking any ``apply(params, x)``; :mod:`.strategy` maps them over a batch of
 tasks (``vmap``, a loop or threads), :func:`meta_step` is one step of meta-training (the
@@ -40,6 +44,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "step": ("StepMetrics", "meta_step"),
     "strategy": ("CPU_VMAP_MAX_EXAMPLES", "DEFAULT_STRATEGY", "STRATEGIES", "default_strategy",
                  "mean_task_grads", "measure_strategies", "resolve_strategy", "task_evals"),
+    "task_stream": ("TaskStream", "tasks"),
+    "trainer": ("MetaTrainer", "TrainState"),
 }
 """Module -> the public names it defines: the one list of this package's surface."""
 
@@ -103,6 +109,8 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
         resolve_strategy,
         task_evals,
     )
+    from .task_stream import TaskStream, tasks  # noqa: F401
+    from .trainer import MetaTrainer, TrainState  # noqa: F401
 
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 _HOME["BoundApply"] = "..model"

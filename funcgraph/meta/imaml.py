@@ -43,6 +43,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
 from ..random import Key
+from .binding import ModelLike
 from .cg import conjugate_gradient, hessian_vector
 from .learner import (
     MetaLearner,
@@ -142,7 +143,7 @@ def imaml_solve(
 
 
 def imaml(
-    apply: BoundApply,
+    apply: ModelLike,
     *,
     kind: str = "classification",
     inner_steps: int = ImamlSettings.inner_steps,
@@ -156,8 +157,9 @@ def imaml(
     """Implicit MAML as a :class:`MetaLearner`; see the module docstring.
 
     Arguments:
-        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
-            tasks with keys need it to take ``key=``.
+        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``),
+            or a Model or ``nn.Module`` bound for training by the learner
+            (:mod:`funcgraph.meta.binding`); tasks with keys need it to take ``key=``.
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
         inner_steps: gradient steps on the proximal inner objective.
         inner_lr: their rate; it should stay below ``2 / (L + lam)`` for a support loss of
@@ -178,7 +180,7 @@ def imaml(
                              cg_tol)
     if not (isinstance(name, str) and name):
         raise ConfigError(f"imaml: name must be a non-empty string, got {name!r}")
-    apply, uses_keys = check_apply(apply, name)
+    apply, uses_keys, model = check_apply(apply, name)
     obj = objective(kind)
     eval_count, lr, lam_, tol = (settings.eval_steps, float(inner_lr), float(lam),
                                  float(cg_tol))
@@ -195,7 +197,8 @@ def imaml(
         loss, metric = _query_score(apply, phi, task, obj)
         return loss.detach(), metric
 
-    return MetaLearner(name, dict, task_grad, task_eval, obj, settings, uses_keys=uses_keys)
+    return MetaLearner(name, dict, task_grad, task_eval, obj, settings, uses_keys=uses_keys,
+                       model=model)
 
 
 def build_imaml(apply: BoundApply, settings: ImamlSettings, info: TaskInfo) -> MetaLearner:

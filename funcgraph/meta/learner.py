@@ -36,12 +36,12 @@ prototypical networks embed the support set with support step 0's key and the qu
 the query key. A task without a key (``key=None``) calls ``apply(params, x)`` exactly as
 before keys existed (:func:`call`), so any plain ``f(params, x)`` works; a task with a key
 needs an ``apply`` that takes ``key=`` (``funcgraph.bind`` makes one), which the learners
-check once when they are built (:func:`check_apply`).
+check once when they are built (:func:`~funcgraph.meta.binding.check_apply`, which also
+binds a funcgraph Model or an ``nn.Module`` given instead of a function).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, cast
@@ -58,6 +58,7 @@ from ..errors import ConfigError, ShapeError
 from ..model import BoundApply, Model
 from ..params import Params, partition
 from ..random import Key
+from .binding import accepts_key, check_apply
 from .settings import Settings
 
 LR_PREFIX = "inner_lr."
@@ -186,60 +187,6 @@ def call(apply: BoundApply, params: Params, x: Tensor, key: Key | None) -> Tenso
     return cast(Callable[..., Tensor], apply)(params, x, key=key)
 
 
-def accepts_key(apply: Callable[..., Any]) -> bool:
-    """Whether ``apply`` can be called with ``key=`` (a ``key`` parameter or ``**kwargs``).
-
-    A callable whose signature cannot be read (a builtin) counts as accepting: a call with a
-    key then fails, if at all, with the callable's own error.
-    """
-    try:
-        params = inspect.signature(apply).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind is p.VAR_KEYWORD
-               or (p.name == "key" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-               for p in params)
-
-
-def check_apply(apply: BoundApply, who: str) -> tuple[BoundApply, bool]:
-    """``(apply, uses_keys)`` for the learner ``who``, from one look at ``apply``'s signature
-    when the learner is built (not per call).
-
-    An ``apply`` taking ``key=`` comes back as is, with ``uses_keys`` true. A plain
-    ``f(params, x)`` comes back wrapped: key-free tasks call it unchanged, and a task that
-    carries a key raises a :class:`ConfigError` naming ``who`` rather than a ``TypeError``
-    deep inside the inner loop.
-    """
-    if isinstance(apply, Model):
-        raise ConfigError(f"{who}: got the Model {apply.name!r} itself; pass the function "
-                          f"funcgraph.bind(model, state, train=True)")
-    if isinstance(apply, torch.nn.Module):
-        raise ConfigError(f"{who}: got the nn.Module {type(apply).__name__}; convert it first: "
-                          "model = funcgraph.from_module(module); params, state = "
-                          "model.init(key); then pass funcgraph.bind(model, state, train=True)")
-    if not callable(apply):
-        raise ConfigError(f"{who}: apply must be a function f(params, x) -> prediction (e.g. "
-                          f"funcgraph.bind(model, state, train=True)), got {apply!r}")
-    bound = getattr(apply, "funcgraph_bound", None)
-    if bound is not None and bound.running_stats and not bound.train:
-        raise ConfigError(f"{who}: {bound.model!r} is bound for evaluation (train=False), so "
-                          "its batch norm would adapt with running statistics instead of each "
-                          "task's own; pass funcgraph.bind(model, state, train=True)")
-    if accepts_key(apply):
-        return apply, True
-    name = getattr(apply, "__qualname__", type(apply).__name__)
-
-    def keyless(params: Params, x: Tensor, *, key: Key | None = None) -> Tensor:
-        if key is not None:
-            raise ConfigError(
-                f"{who}: the tasks carry keys (Task.key) but apply {name!r} takes no key= "
-                "argument; pass funcgraph.bind(model, state, train=True), give the function a "
-                "key=None keyword, or use tasks without keys")
-        return apply(params, x)
-
-    return keyless, False
-
-
 class Objective(NamedTuple):
     """A training loss and the metric reported beside it (``metric_name`` names it)."""
 
@@ -296,6 +243,9 @@ class MetaLearner:
             them; without, tasks must be key-free.
         schedule: for a learner whose meta-gradient depends on the meta-step, ``step -> the
             learner of that step`` (use :meth:`at_step`); ``None`` for the others.
+        model: the Model the learner bound for training itself, when it was built from a
+            Model or an ``nn.Module``: ``model.init(key)`` gives the initial params
+            (:mod:`funcgraph.meta.binding`); ``None`` when it was given a function.
     """
 
     name: str
@@ -306,6 +256,7 @@ class MetaLearner:
     settings: Settings | None = None
     uses_keys: bool = False
     schedule: Callable[[int], MetaLearner] | None = None
+    model: Model | None = None
 
     def at_step(self, step: int) -> MetaLearner:
         """The learner of meta-step ``step`` (0-based): ``self`` unless it has a schedule.

@@ -46,6 +46,7 @@ from ..model import BoundApply
 from ..params import Params, partition, select
 from ..random import Key
 from ..train import Optimizer
+from .binding import ModelLike
 from .learner import (
     LR_PREFIX,
     MetaLearner,
@@ -271,7 +272,7 @@ def remat_task_grad(
 
 
 def maml(
-    apply: BoundApply,
+    apply: ModelLike,
     *,
     kind: str = "classification",
     inner_steps: int = MamlSettings.inner_steps,
@@ -286,8 +287,10 @@ def maml(
     """MAML (second order by default) as a :class:`MetaLearner`.
 
     Arguments:
-        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
-            tasks with keys need it to take ``key=`` (see :func:`~.learner.check_apply`).
+        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``),
+            or a funcgraph Model or ``nn.Module``, which the learner binds for training
+            itself (:mod:`funcgraph.meta.binding`); tasks with keys need a function that
+            takes ``key=``.
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
         inner_steps: steps of the inner loop used for meta-training.
         inner_lr: the learning rate of that inner loop.
@@ -316,7 +319,7 @@ def maml(
         raise ConfigError(default + str(e).removeprefix(MamlSettings.OWNER)) from None
     if name is not None and not (isinstance(name, str) and name):
         raise ConfigError(f"maml: name must be None or a non-empty string, got {name!r}")
-    apply, uses_keys = check_apply(apply, name or default)
+    apply, uses_keys, model = check_apply(apply, name or default)
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order, adapt_prefix)
     # Evaluation never differentiates through the adaptation: first order is exact there.
@@ -340,20 +343,20 @@ def maml(
         return loss.detach(), metric
 
     return MetaLearner(name or default, init, task_grad, task_eval, obj, settings,
-                       uses_keys=uses_keys)
+                       uses_keys=uses_keys, model=model)
 
 
-def fomaml(apply: BoundApply, **kw: object) -> MetaLearner:
+def fomaml(apply: ModelLike, **kw: object) -> MetaLearner:
     """First-order MAML: :func:`maml` with ``first_order=True``."""
     return maml(apply, first_order=True, **kw)  # type: ignore[arg-type]
 
 
-def metasgd(apply: BoundApply, **kw: object) -> MetaLearner:
+def metasgd(apply: ModelLike, **kw: object) -> MetaLearner:
     """Meta-SGD: :func:`maml` with learned per-parameter inner learning rates."""
     return maml(apply, learn_lr=True, **kw)  # type: ignore[arg-type]
 
 
-def anil(apply: BoundApply, *, head: str = "head", **kw: object) -> MetaLearner:
+def anil(apply: ModelLike, *, head: str = "head", **kw: object) -> MetaLearner:
     """ANIL: :func:`maml` adapting only the params under ``head`` in the inner loop."""
     return maml(apply, adapt_prefix=head, **kw)  # type: ignore[arg-type]
 

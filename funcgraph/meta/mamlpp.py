@@ -64,6 +64,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params, select
 from ..random import Key
+from .binding import ModelLike
 from .learner import (
     STEP_BN_PREFIX,
     STEP_LR_PREFIX,
@@ -199,7 +200,7 @@ def _check_suffixes(value: object) -> tuple[str, ...]:
 
 
 def mamlpp(
-    apply: BoundApply,
+    apply: ModelLike,
     *,
     kind: str = "classification",
     inner_steps: int = MamlppSettings.inner_steps,
@@ -218,8 +219,9 @@ def mamlpp(
     the pieces and for ``at_step``).
 
     Arguments:
-        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``);
-            tasks with keys need it to take ``key=``.
+        apply: ``f(params, x) -> prediction`` (``funcgraph.bind(model, state, train=True)``),
+            or a Model or ``nn.Module`` bound for training by the learner
+            (:mod:`funcgraph.meta.binding`); tasks with keys need it to take ``key=``.
         kind: ``"classification"`` (cross-entropy, accuracy) or ``"regression"`` (MSE).
         inner_steps: steps of the training inner loop, ``>= 1``.
         inner_lr: its rate (the initial learned rates with ``lslr``); the paper takes 5
@@ -249,7 +251,7 @@ def mamlpp(
     eval_count = settings.eval_steps
     if not (isinstance(name, str) and name):
         raise ConfigError(f"mamlpp: name must be a non-empty string, got {name!r}")
-    apply, uses_keys = check_apply(apply, name)
+    apply, uses_keys, model = check_apply(apply, name)
     obj = objective(kind)
     if per_step_bn is not None and not isinstance(per_step_bn, bool):
         raise ConfigError(f"mamlpp: per_step_bn must be None (when the model has batch norm), "
@@ -282,7 +284,7 @@ def mamlpp(
             mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
             first_order=step < first_order_until, weights=weights))
         return MetaLearner(name, init, task_grad, task_eval, obj, settings,
-                           uses_keys=uses_keys, schedule=at_step)
+                           uses_keys=uses_keys, schedule=at_step, model=model)
 
     return at_step(0)
 

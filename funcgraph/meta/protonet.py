@@ -17,6 +17,7 @@ from ..checks import check_int
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
+from .binding import ModelLike
 from .learner import (
     MetaLearner,
     Task,
@@ -52,15 +53,16 @@ def protonet_logits(embed: BoundApply, params: Params, task: Task, ways: int) ->
     return -squared_distances(call(embed, params, task.query_x, query_key(task.key)), protos)
 
 
-def protonet(embed: BoundApply, *, ways: int) -> MetaLearner:
+def protonet(embed: ModelLike, *, ways: int) -> MetaLearner:
     """Prototypical networks over ``embed(params, x) -> (B, D)`` for ``ways``-way tasks (tasks
-    with keys need ``embed`` to take ``key=``).
+    with keys need ``embed`` to take ``key=``); ``embed`` may be a Model or ``nn.Module``,
+    bound for training by the learner (:mod:`funcgraph.meta.binding`).
 
     Raises:
         ConfigError: ``ways`` is not an int >= 2.
     """
     check_int("protonet", "ways", ways, minimum=2)
-    embed, uses_keys = check_apply(embed, "protonet")
+    embed, uses_keys, model = check_apply(embed, "protonet")
     obj = objective("classification")
 
     def loss_fn(params: Params, task: Task) -> tuple[Tensor, Tensor]:
@@ -74,7 +76,7 @@ def protonet(embed: BoundApply, *, ways: int) -> MetaLearner:
         return loss.detach(), acc
 
     return MetaLearner("protonet", dict, task_grad, task_eval, obj, ProtonetSettings(),
-                       uses_keys=uses_keys)
+                       uses_keys=uses_keys, model=model)
 
 
 def build_protonet(embed: BoundApply, settings: ProtonetSettings, info: TaskInfo

@@ -49,6 +49,11 @@ from .settings import (
     Settings,
 )
 
+DEFAULT_META_LR = 3e-3
+"""The meta learning rate (Adam's) of an algorithm whose :class:`Recipe` names none: the run
+default of ``funcgraph meta-train --meta-lr``, and :class:`~funcgraph.meta.trainer.MetaTrainer`'s
+(:meth:`AlgorithmType.meta_lr`)."""
+
 Builder = Callable[..., Any] | str
 """``build(apply, settings, info) -> MetaLearner``, or ``"module:attribute"`` naming one."""
 
@@ -139,6 +144,11 @@ class AlgorithmType:
     def defaults(self) -> Settings:
         """The settings record of the defaults."""
         return self.settings()
+
+    def meta_lr(self) -> float:
+        """The meta learning rate the algorithm was tuned with: its recipe's, else
+        :data:`DEFAULT_META_LR`."""
+        return DEFAULT_META_LR if self.recipe.meta_lr is None else self.recipe.meta_lr
 
     def builder(self) -> Callable[..., Any]:
         """The builder function (imported on first use when given as a string)."""
@@ -289,6 +299,6 @@ register_algorithm("protonet", settings=ProtonetSettings,
                    summary="distances to class prototypes, no inner loop",
                    kinds=("classification",), recipe=Recipe(train_queries=5, meta_lr=1e-3))
 
-__all__ = ["AlgorithmType", "Builder", "Recipe", "TaskInfo", "algorithm_help",
+__all__ = ["DEFAULT_META_LR", "AlgorithmType", "Builder", "Recipe", "TaskInfo", "algorithm_help",
            "algorithm_names", "algorithm_type", "defaults_help", "recipe_help",
            "register_algorithm", "unregister_algorithm"]

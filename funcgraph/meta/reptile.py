@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
 from ..train import adam
+from .binding import ModelLike
 from .learner import (
     MetaLearner,
     Task,
@@ -42,7 +43,7 @@ ADAM_BETAS = (0.0, 0.999)
 
 
 def reptile(
-    apply: BoundApply,
+    apply: ModelLike,
     *,
     kind: str = "classification",
     inner_steps: int = ReptileSettings.inner_steps,
@@ -54,7 +55,9 @@ def reptile(
     """Reptile over ``apply(params, x)``; see the module docstring.
 
     Arguments:
-        apply: ``f(params, x) -> prediction``; tasks with keys need it to take ``key=``.
+        apply: ``f(params, x) -> prediction``, or a Model or ``nn.Module`` bound for
+            training by the learner (:mod:`funcgraph.meta.binding`); tasks with keys need it
+            to take ``key=``.
         inner_steps: steps of the inner loop in training.
         inner_lr: the learning rate of the inner loop.
         eval_steps: inner steps at evaluation (adapting on the support set only; ``None``:
@@ -74,7 +77,7 @@ def reptile(
                                inner_optimizer, ways is not None)
     if ways is not None:
         check_int("reptile", "ways", ways)
-    apply, uses_keys = check_apply(apply, "reptile")
+    apply, uses_keys, model = check_apply(apply, "reptile")
     obj = objective(kind)
     train_inner = InnerLoop(inner_steps, inner_lr, first_order=True)
     eval_inner = InnerLoop(settings.eval_steps, inner_lr, first_order=True)
@@ -107,7 +110,7 @@ def reptile(
         return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
 
     return MetaLearner("reptile", dict, task_grad, task_eval, obj, settings,
-                       uses_keys=uses_keys)
+                       uses_keys=uses_keys, model=model)
 
 
 def build_reptile(apply: BoundApply, settings: ReptileSettings, info: TaskInfo

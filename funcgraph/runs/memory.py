@@ -174,7 +174,7 @@ def check_task_sizes(model: Model, cfg: Any, sources: Any, device: torch.device)
     (``cfg.meta_batch`` tasks of ways x (shots + training queries) examples) and one task's
     forward pass. ``cfg`` is a :class:`~funcgraph.runs.MetaTrainConfig`, ``sources`` its
     :class:`~funcgraph.runs.TaskSources`."""
-    from .task_sources import regression_spec
+    from ..data.tasks import regression_spec
 
     shape: tuple[int, ...]
     if sources.kind == "regression":

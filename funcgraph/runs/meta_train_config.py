@@ -17,7 +17,13 @@ from typing import Any
 from ..checks import check_choice, check_int, check_number, check_rate, option
 from ..data.registry import check_data_root, dataset_type
 from ..errors import ConfigError
-from ..meta.registry import AlgorithmType, TaskInfo, algorithm_names, algorithm_type
+from ..meta.registry import (
+    DEFAULT_META_LR,
+    AlgorithmType,
+    TaskInfo,
+    algorithm_names,
+    algorithm_type,
+)
 from ..meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
 from ..meta.strategy import CHOICES
 from ..precision import CHOICES as PRECISION_CHOICES
@@ -57,7 +63,7 @@ class MetaTrainConfig:
     inner_steps: int = MamlSettings.inner_steps
     inner_steps_eval: int = MamlSettings.eval_steps
     inner_lr: float = MamlSettings.inner_lr
-    meta_lr: float = 3e-3
+    meta_lr: float = DEFAULT_META_LR
     first_order: bool = False
     remat: bool = False
     cosine_meta_lr: bool = False

@@ -10,14 +10,12 @@ regression tasks (sinusoid) are drawn from independent key streams.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import random
-from ..errors import TaskSpecError
 from ..meta import Task, TaskSampler
 from ..random import Key
 
@@ -93,6 +91,8 @@ def task_sources(
 
 def _regression(dataset: str, sample_tasks: Callable[..., Any], spec: str) -> TaskSources:
     """Independent task streams per split: the key folded with 0, 1, 2."""
+    from ..data.tasks import regression_spec
+
     shots, queries = regression_spec(spec, dataset)
 
     def stream(tag: int) -> TaskSampler:
@@ -103,18 +103,4 @@ def _regression(dataset: str, sample_tasks: Callable[..., Any], spec: str) -> Ta
     return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
 
 
-_REGRESSION_SPEC = re.compile(r"(?:\d+way)?(\d+)shot(?:(\d+)query)?")
-
-
-def regression_spec(text: str, dataset: str = "sinusoid") -> tuple[int, int]:
-    """A regression task spec (sinusoid's, or ``dataset``'s): ``"10shot"`` (or
-    ``"10shot20query"``; a ``"<N>way"`` prefix is ignored) -> ``(K, Q)``; the query count
-    defaults to K, as in the MAML paper."""
-    m = _REGRESSION_SPEC.fullmatch(text.strip().lower())
-    if m is None or int(m[1]) < 1 or (m[2] is not None and int(m[2]) < 1):
-        raise TaskSpecError(f"{dataset} task spec {text!r} is not of the form '<K>shot' or "
-                            "'<K>shot<Q>query' with K, Q >= 1, e.g. '10shot'")
-    return int(m[1]), int(m[2] or m[1])
-
-
-__all__ = ["TaskSources", "regression_spec", "task_sources"]
+__all__ = ["TaskSources", "task_sources"]
