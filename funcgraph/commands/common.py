@@ -236,6 +236,15 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
         import_recorded(Run.open(out).config, out)
 
 
+ResumeOption = Annotated[bool, typer.Option(
+    "--resume", rich_help_panel=RUN_PANEL,
+    help="Continue the run in --out from its last checkpoint.")]
+RunDirOption = Annotated[Path | None, typer.Option(
+    rich_help_panel=RUN_PANEL,
+    help="Run directory (default: a new one under runs/, named after the run and its start "
+         "time).")]
+
+
 PlaceOption = Annotated[str | None, typer.Option(
     "--place", rich_help_panel=DEVICES_PANEL,
     help="Placement plan spreading the model's params over devices, e.g. "

@@ -12,7 +12,6 @@ from ..data.registry import dataset_help, image_size_help
 from ..meta.registry import algorithm_help, defaults_help, recipe_help
 from .common import (
     MODEL_PANEL,
-    RUN_PANEL,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -21,6 +20,8 @@ from .common import (
     NprocOption,
     PlaceOption,
     PrecisionOption,
+    ResumeOption,
+    RunDirOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
@@ -194,12 +195,8 @@ def meta_train(
     tensorboard: TensorBoardOption = False,
     import_: ImportOption = None,
     place: PlaceOption = None,
-    out: Annotated[Path | None, typer.Option(
-        rich_help_panel=RUN_PANEL,
-        help="Run directory (default runs/<algo>-<dataset>-<tasks>-<time>).")] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", rich_help_panel=RUN_PANEL,
-        help="Continue the run in --out from its last checkpoint.")] = False,
+    out: RunDirOption = None,
+    resume: ResumeOption = False,
     model: Annotated[str | None, typer.Option(
         rich_help_panel=MODEL_PANEL,
         help="A model config file or name for funcgraph.factory (default: conv4 / MLP).")

@@ -17,6 +17,7 @@ from .common import (
     DryRunOption,
     ImportOption,
     NprocOption,
+    ResumeOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
@@ -154,9 +155,7 @@ def search(
     import_: ImportOption = None,
     out: Annotated[Path, typer.Option(
         rich_help_panel=RUN_PANEL, help="Run directory.")] = Path("runs/search"),
-    resume: Annotated[bool, typer.Option(
-        "--resume", rich_help_panel=RUN_PANEL,
-        help="Continue the run in --out from its last checkpoint.")] = False,
+    resume: ResumeOption = False,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,

@@ -11,7 +11,6 @@ import typer
 
 from .common import (
     MODEL_PANEL,
-    RUN_PANEL,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -20,6 +19,8 @@ from .common import (
     NprocOption,
     PlaceOption,
     PrecisionOption,
+    ResumeOption,
+    RunDirOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
@@ -65,12 +66,8 @@ def train(
     tensorboard: TensorBoardOption = False,
     import_: ImportOption = None,
     place: PlaceOption = None,
-    out: Annotated[Path | None, typer.Option(
-        rich_help_panel=RUN_PANEL,
-        help="Run directory (default runs/train-<model>-<time>).")] = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", rich_help_panel=RUN_PANEL,
-        help="Continue the run in --out from its last checkpoint.")] = False,
+    out: RunDirOption = None,
+    resume: ResumeOption = False,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", rich_help_panel=MODEL_PANEL,
         help="Model hyperparameter (--set depth=56, --set mode=row) or data option "
