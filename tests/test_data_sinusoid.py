@@ -35,5 +35,5 @@ def test_deterministic_per_key() -> None:
 
 
 def test_bad_counts() -> None:
-    with pytest.raises(TaskSpecError, match="shots must be >= 1"):
+    with pytest.raises(TaskSpecError, match="shots must be an int >= 1, got 0"):
         sinusoid_tasks(random.key(0), 2, 0, 5)

@@ -40,8 +40,8 @@ class RegressionBatch:
 def sinusoid_tasks(key: Tensor, num_tasks: int, shots: int, queries: int) -> RegressionBatch:
     """Draw ``num_tasks`` sinusoid tasks with ``shots`` support and ``queries`` query points."""
     for name, value in (("num_tasks", num_tasks), ("shots", shots), ("queries", queries)):
-        if value < 1:
-            raise TaskSpecError(f"sinusoid_tasks: {name} must be >= 1, got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TaskSpecError(f"sinusoid_tasks: {name} must be an int >= 1, got {value!r}")
     k_amp, k_phase, k_x = random.split(key, 3)
     amplitude = random.uniform(k_amp, (num_tasks,), low=AMPLITUDE[0], high=AMPLITUDE[1])
     phase = random.uniform(k_phase, (num_tasks,), low=PHASE[0], high=PHASE[1])

@@ -176,8 +176,8 @@ def sample_tasks(key: Tensor, ds: ClassDataset, spec: TaskSpec, num_tasks: int) 
             examples than ``spec.shots + spec.queries``.
     """
     check_fits(ds, spec)
-    if num_tasks < 1:
-        raise TaskSpecError(f"sample_tasks: num_tasks must be >= 1, got {num_tasks}")
+    if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
+        raise TaskSpecError(f"sample_tasks: num_tasks must be an int >= 1, got {num_tasks!r}")
     T, N, K, Q = num_tasks, spec.ways, spec.shots, spec.queries
     k_cls, k_ex = random.split(key, 2)
     device = ds.images.device

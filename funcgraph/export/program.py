@@ -88,10 +88,28 @@ def _check_names(tensors: Mapping[str, Tensor]) -> None:
 
 
 def _as_tuple(example_inputs: Tensor | Sequence[Tensor]) -> tuple[Tensor, ...]:
-    inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else tuple(example_inputs)
+    inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else (
+        tuple(example_inputs) if isinstance(example_inputs, Sequence) else ())
     if not inputs or not all(isinstance(t, Tensor) for t in inputs):
         raise ExportError("export: example_inputs must be a tensor or a non-empty tuple of tensors")
     return inputs
+
+
+def _check_arguments(model: object, params: object, state: object, path: object,
+                     **flags: object) -> None:
+    """The arguments :func:`export` takes, checked before anything runs (one line each)."""
+    if not isinstance(model, Model):
+        raise ExportError(f"export: model must be a funcgraph Model, got {type(model).__name__}")
+    for name, tree in (("params", params), ("state", state)):
+        if not isinstance(tree, Mapping) or not all(isinstance(t, Tensor)
+                                                    for t in tree.values()):
+            raise ExportError(f"export: {name} must be a dict of tensors (model.init's), got "
+                              f"{type(tree).__name__}")
+    if path is not None and not isinstance(path, str | Path):
+        raise ExportError(f"export: path must be a file path, got {type(path).__name__}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ExportError(f"export: {name} must be True or False, got {value!r}")
 
 
 def export(
@@ -130,6 +148,8 @@ def export(
         ExportError: the model cannot be exported, in one line naming the likely fix (torch's
             whole report is the error's ``__cause__``), or its outputs depend on the batch.
     """
+    _check_arguments(model, params, state, path, dynamic_batch=dynamic_batch,
+                     batch_dependent=batch_dependent)
     inputs = _as_tuple(example_inputs)
     if path is not None and Path(path).is_dir():
         raise ExportError(f"export: path {path} is a directory; name a file, e.g. "

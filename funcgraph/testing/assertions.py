@@ -20,10 +20,22 @@ import torch.utils._pytree as pytree
 from torch import Tensor, nn
 
 from .. import random
-from ..errors import ConfigError, ShapeError
+from ..checks import check_int, check_number, check_rate
+from ..errors import ArgumentTypeError, ConfigError, ShapeError
 from ..model import Model
 from ..params import Params, State
 from ._compare import compare_trees, describe_difference, index_of, leaves_with_paths, same_values
+
+
+def _check_fn(helper: str, fn: object) -> None:
+    if not callable(fn):
+        raise ArgumentTypeError(f"{helper}: fn must be a function, got {type(fn).__name__}")
+
+
+def _check_tolerances(helper: str, **tolerances: object) -> None:
+    for name, value in tolerances.items():
+        if value is not None:
+            check_number(helper, name, value)
 
 
 def _fail(helper: str, problems: Sequence[str], hint: str = "") -> NoReturn:
@@ -82,6 +94,7 @@ def assert_pure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     Raises:
         AssertionError: naming the broken property and the argument or output path involved.
     """
+    _check_fn("assert_pure", fn)
     inputs = (args, kwargs)
     snapshot = [
         (path, t, t._version, t.detach().clone())
@@ -161,7 +174,12 @@ def assert_vmap_matches_loop(
         assert_vmap_matches_loop(lambda p, x: bind(model, state)(p, x), params, xs,
                                  in_dims=(None, 0))
     """
+    _check_fn("assert_vmap_matches_loop", fn)
+    _check_tolerances("assert_vmap_matches_loop", rtol=rtol, atol=atol)
     dims = list(in_dims) if isinstance(in_dims, Sequence) else [in_dims] * len(args)
+    if not all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in dims):
+        raise ConfigError(f"assert_vmap_matches_loop: in_dims must be an int, None or one of "
+                          f"them per argument, got {in_dims!r}")
     if len(dims) != len(args):
         raise ConfigError(
             f"assert_vmap_matches_loop: in_dims needs one entry per argument ({len(args)}), got "
@@ -228,6 +246,21 @@ def assert_grad_matches_finite_differences(
         loss = lambda p, s, x, y: F.cross_entropy(bind(model, s)(p, x), y)
         assert_grad_matches_finite_differences(loss, params, state, x, y)
     """
+    helper = "assert_grad_matches_finite_differences"
+    _check_fn(helper, fn)
+    if dtype not in (torch.float32, torch.float64):
+        raise ConfigError(f"{helper}: dtype must be torch.float64 or torch.float32, got "
+                          f"{dtype!r}")
+    _check_tolerances(helper, rtol=rtol, atol=atol)
+    if step is not None:
+        check_rate(helper, "step", step)
+    check_int(helper, "max_entries", max_entries)
+    tensors = [params] if isinstance(params, Tensor) else (
+        list(params.values()) if isinstance(params, Mapping) else None)
+    if tensors is None or not all(isinstance(t, Tensor) and t.is_floating_point()
+                                  for t in tensors):
+        raise ArgumentTypeError(f"{helper}: params must be a floating-point tensor or a dict "
+                                f"of them, got {type(params).__name__}")
     default_rtol, default_atol = _default_tolerance(dtype)
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol

@@ -32,6 +32,30 @@ class Optimizer:
     hparams: dict[str, Any] = field(default_factory=dict)
 
 
+def _check_params(fn: str, params: object) -> Params:
+    """``params`` if it is a dict of floating-point tensors, else an ArgumentTypeError."""
+    if not isinstance(params, dict) or not all(
+            isinstance(t, Tensor) and t.is_floating_point() for t in params.values()):
+        got = type(params).__name__ if not isinstance(params, dict) else "a dict holding " + (
+            ", ".join(sorted({type(t).__name__ if not isinstance(t, Tensor) else str(t.dtype)
+                              for t in params.values()})))
+        raise ArgumentTypeError(f"{fn}: params must be a dict of floating-point tensors "
+                                f"(model.init's params), got {got}")
+    return params
+
+
+def _check_update(fn: str, params: object, grads: object, opt_state: object, lr: object
+                  ) -> Params:
+    """The arguments of an optimiser's ``update``: params and grads as :func:`_check_grads`
+    wants them, a dict state and a rate that is a finite number >= 0."""
+    _check_params(fn, params)
+    if not isinstance(opt_state, dict):
+        raise ArgumentTypeError(f"{fn}: opt_state must be the dict optimizer.init(params) "
+                                f"returned, got {type(opt_state).__name__}")
+    check_number(fn, "lr", lr)
+    return _check_grads(fn, params, grads)  # type: ignore[arg-type]
+
+
 def _check_grads(fn: str, params: Params, grads: object) -> Params:
     """``grads`` if it is a dict of tensors with the names and shapes of ``params``.
 
@@ -78,6 +102,7 @@ def sgd(
         raise ConfigError("sgd: nesterov needs momentum > 0, got momentum=0.0")
 
     def init(params: Params) -> Params:
+        _check_params("sgd.init", params)
         if momentum == 0.0:
             return {}
         return add_prefix({n: torch.zeros_like(p) for n, p in params.items()}, "momentum_buffer")
@@ -85,7 +110,7 @@ def sgd(
     def update(
         params: Params, grads: Params, opt_state: Params, *, lr: float = lr
     ) -> tuple[Params, Params]:
-        _check_grads("sgd.update", params, grads)
+        _check_update("sgd.update", params, grads, opt_state, lr)
         bufs = select(opt_state, "momentum_buffer")
         new_params: Params = {}
         new_bufs: Params = {}
@@ -122,11 +147,10 @@ def adam(
     The arguments are checked here: ``lr`` finite and >= 0 (0 freezes the params), ``eps``
     finite and > 0, each beta in ``[0, 1)``, ``weight_decay`` >= 0 (a ConfigError
     otherwise)."""
-    fn = "adamw" if decoupled else "adam"
+    fn = "adamw" if check_bool("adam", "decoupled", decoupled) else "adam"
     check_number(fn, "lr", lr)
     check_rate(fn, "eps", eps)
     check_number(fn, "weight_decay", weight_decay)
-    check_bool(fn, "decoupled", decoupled)
     if not isinstance(betas, tuple | list) or len(betas) != 2:
         raise ConfigError(f"{fn}: betas must be a pair (beta1, beta2), got {betas!r}")
     for i, beta in enumerate(betas):
@@ -135,6 +159,8 @@ def adam(
     name = "adamw" if decoupled else "adam"
 
     def init(params: Params) -> Params:
+        _check_params(f"{name}.init", params)
+
         def zeros() -> Params:
             return {n: torch.zeros_like(p) for n, p in params.items()}
 
@@ -143,7 +169,7 @@ def adam(
     def update(
         params: Params, grads: Params, opt_state: Params, *, lr: float = lr
     ) -> tuple[Params, Params]:
-        _check_grads(f"{name}.update", params, grads)
+        _check_update(f"{name}.update", params, grads, opt_state, lr)
         step = _step(opt_state, next(iter(params.values())))
         t = float(step)
         m_all, v_all = select(opt_state, "exp_avg"), select(opt_state, "exp_avg_sq")
