@@ -230,6 +230,26 @@ TaskEvalFn = Callable[[Params, Task], tuple[Tensor, Tensor]]
 class MetaLearner:
     """A meta-learning algorithm as pure functions; see the module docstring.
 
+    **The contract** a learner written from scratch must meet (``examples/own_learner.py``
+    is one, a ridge-regression head, tested in ``tests/test_own_learner.py``):
+
+    * ``task_grad(meta_params, task)`` returns ``(grads, loss, metric)`` for one task: a
+      gradient for every name of ``meta_params`` (same shapes), a scalar loss and a scalar
+      metric, all without gradient history (:func:`task_grad_of` builds it from a
+      differentiable ``(loss, metric)`` function). ``task_eval(meta_params, task)`` returns
+      ``(loss, metric)`` with the evaluation settings.
+    * Both are pure and run under ``vmap`` as in a loop: no Python branch on a tensor value,
+      no ``.item()`` (nor what reads a value, such as ``F.one_hot`` without its class count),
+      nothing mutated; the strategies (:func:`~funcgraph.meta.strategy.mean_task_grads`) map
+      them over tasks, and the meta-gradient of ``"vmap"`` must equal ``"loop"``'s.
+    * A task with a key forwards with :func:`support_keys` / :func:`query_key` (use
+      :func:`call`), so runs are reproducible; take the model through
+      :func:`~funcgraph.meta.binding.check_apply` to accept a function, a Model or an
+      ``nn.Module`` as the built-in learners do, and pass on its ``uses_keys`` and ``model``.
+    * ``init`` maps model params to meta-params (the identity, or adding learned entries under
+      a prefix of :data:`LEARNER_PREFIXES`); ``objective`` names the loss and metric
+      (:func:`objective`), ``settings`` is the typed record it was built from.
+
     Attributes:
         name: ``"maml"``, ``"fomaml"``, ``"metasgd"``, ``"anil"``, ``"reptile"``, ``"protonet"``.
         init: model params -> meta-params (adds learned learning rates for Meta-SGD).
