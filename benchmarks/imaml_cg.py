@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 
 import torch
@@ -87,6 +88,10 @@ def main() -> None:
                 print(f"start {start:5} lam {lam:5g} lr {lr:4g}: residual median "
                       f"{statistics.median(res):.3g} max {max(res):.3g}; cos(v, g) "
                       f"{min(cos):.2f} .. {max(cos):.2f}", flush=True)
+                print(json.dumps({"start": start, "lam": lam, "inner_lr": lr,
+                                  "residual_median": statistics.median(res),
+                                  "residual_max": max(res), "cos_min": min(cos),
+                                  "cos_max": max(cos), "tasks": args.tasks}))
 
 
 if __name__ == "__main__":
