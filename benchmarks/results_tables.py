@@ -186,9 +186,11 @@ def figure_tables(records: list[dict[str, Any]]) -> list[str]:
                 continue  # the cost of a run whose own figures are shown
             flat = _flat(figure)
             row = {k: _cell(v) for k, v in flat.items()}
-            row.update(date=_short_date(record), commit=_short_commit(record))
+            row.update(date=_short_date(record), commit=_short_commit(record),
+                       command=f"`{user_command(record['command'])}`")
             groups.setdefault(tuple(flat), []).append(row)
-    return [_with_constants([*keys, "date", "commit"], rows) for keys, rows in groups.items()]
+    return [_with_constants([*keys, "date", "commit", "command"], rows)
+            for keys, rows in groups.items()]
 
 
 def _with_constants(columns: list[str], rows: list[dict[str, str]]) -> str:
@@ -196,9 +198,10 @@ def _with_constants(columns: list[str], rows: list[dict[str, str]]) -> str:
     above it (``batch 32, clock cpu``), so the columns left are the ones that vary."""
     same = [c for c in columns if len(rows) > 1 and len({r.get(c, "") for r in rows}) == 1]
     varying = [c for c in columns if c not in same] or columns[:1]
-    varying.sort(key=lambda c: c in ("date", "commit") or all(  # names first, then figures
-        _is_number(r.get(c, "")) for r in rows))
-    said = ", ".join(f"{c} {rows[0].get(c, '')}" for c in same if c not in varying)
+    varying.sort(key=lambda c: (c == "command") + (c in ("date", "commit", "command")) + all(
+        _is_number(r.get(c, "")) for r in rows))  # names, then figures, then where from
+    said = ", ".join(f"{c} {rows[0].get(c, '')}" for c in same
+                     if c not in varying and c != "command")  # commands: listed below
     return (f"Every row: {said}.\n\n" if said else "") + markdown(varying, rows)
 
 
