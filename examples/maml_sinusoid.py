@@ -4,7 +4,14 @@ The model is a plain function over a dict of tensors (no Model, no nn.Module). M
 is a loop of pure steps: sample tasks from a key, average the per-task meta-gradients
 (``vmap`` over tasks), take an Adam step.
 
-    python examples/maml_sinusoid.py --steps 2000
+    python examples/maml_sinusoid.py                 # 2000 steps, about 15 s of CPU
+    python examples/maml_sinusoid.py --steps 300     # a few seconds; the error still falls
+
+It prints the mean squared error on the same held-out tasks before and after meta-training
+(10 inner steps) and asserts that it fell: from about 4.6 to about 0.8 at the defaults.
+One torch thread by default (``--threads 0`` for torch's default): on a machine that other
+jobs share, OpenMP threads spin-wait for a core and two threads can be many times slower
+than one.
 """
 
 from __future__ import annotations
@@ -42,7 +49,11 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--meta-batch", type=int, default=25)
     parser.add_argument("--shots", type=int, default=10)
     parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (0: torch's default, one per core)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     root = random.key(0)
     params = init(random.fold_in(root, 0))

@@ -36,12 +36,16 @@ def load(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_darts_search_moves_the_architecture_and_builds_the_network(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     losses = load("darts_search", monkeypatch).main(
-        ["--steps", "3", "--batch", "8", "--C", "4", "--layers", "3", "--classes", "4"])
-    assert len(losses) == 3 and all(math.isfinite(v) for v in losses), losses
-    # Four classes at initialisation: the cross-entropy starts near log(4).
+        ["--steps", "5", "--batch", "8", "--C", "4", "--layers", "3", "--classes", "4"])
+    assert len(losses) == 5 and all(math.isfinite(v) for v in losses), losses
+    # Four classes at initialisation: the cross-entropy starts near log(4), then falls.
     assert abs(losses[0] - math.log(4)) < 0.5, losses
+    assert losses[-1] < 0.7 * losses[0], f"five steps should lower the train loss: {losses}"
     out = capsys.readouterr().out
     assert '"normal"' in out and "logits (4, 4)" in out, out[-500:]
+    acc = re.search(r"supernet accuracy on the validation half: (\d\.\d+) \(chance 0\.25\)", out)
+    assert acc, f"the example prints the supernet's validation accuracy:\n{out[-800:]}"
+    assert float(acc[1]) > 0.5, f"validation accuracy {acc[1]} is not clear of chance 0.25"
 
 
 def test_darts_hypergradient_finite_difference_converges_to_the_exact_one(

@@ -129,8 +129,9 @@ def test_a_plugins_own_settings_and_its_import_live_in_the_run(
         (tmp_path / "my_algos.py").unlink()
         result = CliRunner().invoke(app, ["evaluate", str(run), "--episodes", "2"])
         assert result.exit_code == 2, result.output
+        said = " ".join(result.output.split())
         assert (f"the run in {run} was made with --import my_algos, which does not import here "
-                "(ModuleNotFoundError: No module named 'my_algos')") in " ".join(result.output.split()), result.output
+                "(ModuleNotFoundError: No module named 'my_algos')") in said, result.output
     finally:
         unregister_algorithm("mine")
         sys.modules.pop("my_algos", None)
