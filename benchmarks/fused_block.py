@@ -26,6 +26,7 @@ while the model is built, so every block is the plain pair), with the same param
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -89,14 +90,20 @@ def accuracy(args: argparse.Namespace) -> None:
                              "loop"))
     print(f"conv4 {args.variant}, {args.meta_batch} tasks, {args.queries} queries, "
           f"torch {torch.__version__}")
-    print(f"float64 fused vs unfused: relative {(fused64 - ref).norm() / ref.norm():.1e}")
+    rel64 = ((fused64 - ref).norm() / ref.norm()).item()
+    print(f"float64 fused vs unfused: relative {rel64:.1e}")
+    print(json.dumps({"mode": "accuracy", "variant": args.variant, "dtype": "float64",
+                      "strategy": "loop", "model": "fused", "rel_error_vs_unfused_f64": rel64}))
     for strategy in ("loop", "vmap"):
         for fused in (True, False):
             g = flat(meta_grad(build(args.variant, torch.float32, fused=fused), params32,
                                tasks32, strategy))
             name = "fused" if fused else "unfused"
-            print(f"float32 {strategy:4s} {name:7s} vs float64: relative "
-                  f"{(g - ref).norm() / ref.norm():.1e}")
+            rel = ((g - ref).norm() / ref.norm()).item()
+            print(f"float32 {strategy:4s} {name:7s} vs float64: relative {rel:.1e}")
+            print(json.dumps({"mode": "accuracy", "variant": args.variant, "dtype": "float32",
+                              "strategy": strategy, "model": name,
+                              "rel_error_vs_unfused_f64": rel}))
 
 
 def speed(args: argparse.Namespace) -> None:
@@ -118,6 +125,10 @@ def speed(args: argparse.Namespace) -> None:
     for name, m in med.items():
         print(f"{name:8s} {m:.3f} s/step  (all: {', '.join(f'{t:.3f}' for t in times[name])})")
     print(f"fused is {med['unfused'] / med['fused']:.2f}x faster")
+    print(json.dumps({"mode": "speed", "variant": args.variant, "strategy": args.strategy,
+                      "queries": args.queries, "threads": torch.get_num_threads(),
+                      "reps": args.reps, "fused_s": med["fused"], "unfused_s": med["unfused"],
+                      "speedup": med["unfused"] / med["fused"]}))
 
 
 def main(argv: list[str] | None = None) -> None:
