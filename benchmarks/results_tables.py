@@ -163,14 +163,17 @@ def trial_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[dict[str,
     return [*TRIAL_COLUMNS, *settings], rows
 
 
-def _flat(figure: dict[str, Any]) -> dict[str, Any]:
+def _flat(figure: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``outer: inner`` columns (a benchmark's per-variant timings); the run
+    configuration a row may carry (``config``) stays in the full record."""
     out: dict[str, Any] = {}
     for key, value in figure.items():
-        if isinstance(value, dict) and key != "config" and all(
-                not isinstance(v, dict | list) for v in value.values()):
-            out.update({f"{key}: {k}": v for k, v in value.items()})
-        elif key != "config":
-            out[key] = value
+        if key == "config":
+            continue
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}: "))
+        else:
+            out[f"{prefix}{key}"] = value
     return out
 
 
