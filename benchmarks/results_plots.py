@@ -113,11 +113,14 @@ def draw_darts(fig: Any, data: list[dict[str, Any]]) -> None:
         q = statistics.quantiles(rand, n=4) if len(rand) > 1 else rand * 3
         for y, style in ((q[1], "--"), (q[2], ":")):
             ax.axhline(100 * y, color="tab:gray", linestyle=style, linewidth=0.8)
+        mean = statistics.fmean(a for _, a in part["searched"])
+        ax.plot([0.8, 1.2], [100 * mean] * 2, color="tab:red", linewidth=2)
         ax.set_xticks([0, 1], ["random cells", "searched cells"])
         ax.set_xlim(-0.6, 1.6)
         ax.set_ylabel("held-out test accuracy, % (mean of seeds)")
-        ax.set_title(f"{part['dataset']} ({part['date']}); median --, 75th percentile :",
-                     fontsize=9)
+        ax.set_title(f"{part['dataset']} ({part['date']})", fontsize=9)
+    fig.suptitle("random cells' median (dashed) and 75th percentile (dotted); "
+                 "red bar: searched mean", fontsize=9)
 
 
 PLOTS: dict[str, tuple[Callable[[Records], Any], Callable[[Any, Any], None]]] = {

@@ -183,7 +183,8 @@ def figure_tables(records: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for record in sorted(records, key=lambda r: r["date"], reverse=True):
         for figure in record["figures"]:
-            if _is_run_figure(figure) or "trial" in figure or "best_trial" in figure:
+            if (_is_run_figure(figure) or "trial" in figure or "best_trial" in figure
+                    or str(figure.get("bench", "")).startswith("darts_protocol")):
                 continue
             if set(figure) == COST and len(record["figures"]) > 1:
                 continue  # the cost of a run whose own figures are shown
@@ -206,6 +207,41 @@ def _with_constants(columns: list[str], rows: list[dict[str, str]]) -> str:
     said = ", ".join(f"{c} {rows[0].get(c, '')}" for c in same
                      if c not in varying and c != "command")  # commands: listed below
     return (f"Every row: {said}.\n\n" if said else "") + markdown(varying, rows)
+
+
+def protocol_tables(records: list[dict[str, Any]]) -> list[str]:
+    """The DARTS protocol's records (``benchmarks/darts.py protocol``): per data set, the
+    random cells' distribution against the searched cells' mean, then every cell's accuracy
+    (the genotypes are in the full records)."""
+    import statistics
+
+    summary, cells = [], []
+    for record in sorted(records, key=lambda r: r["date"]):
+        rows = [f for f in record["figures"] if f.get("bench") == "darts_protocol"]
+        done = next((f for f in record["figures"]
+                     if f.get("bench") == "darts_protocol_summary"), None)
+        if not rows or done is None:
+            continue
+        dataset = done["budget"].get("dataset", "glyphs")
+        rand = [f["test_acc"] for f in rows if f["kind"] == "random"]
+        searched = [f["test_acc"] for f in rows if f["kind"] == "searched"]
+        q = statistics.quantiles(rand, n=4) if len(rand) > 1 else rand * 3
+        summary.append({
+            "data set": dataset, "classes": str(done["budget"].get("classes")),
+            "random cells": str(len(rand)), "random median": f"{100 * q[1]:.2f}%",
+            "random 75th percentile": f"{100 * q[2]:.2f}%",
+            "searched cells": str(len(searched)),
+            "searched mean": f"{100 * statistics.fmean(searched):.2f}%",
+            "searched under the random median": str(sum(a < q[1] for a in searched)),
+            "date": _short_date(record), "commit": _short_commit(record)})
+        cells += [{"data set": dataset, "cell": f["arch"], "kind": f["kind"],
+                   "accuracy (mean of seeds)": f"{100 * f['test_acc']:.2f}%",
+                   "per seed": ", ".join(f"{100 * a:.1f}%" for a in f["per_seed"]),
+                   "percentile among random": "" if "percentile" not in f
+                   else f"{f['percentile']:.0f}"} for f in rows]
+    if not summary:
+        return []
+    return [markdown(list(summary[0]), summary), markdown(list(cells[0]), cells)]
 
 
 def provenance(records: list[dict[str, Any]]) -> str:
@@ -238,5 +274,6 @@ def block(records: list[dict[str, Any]]) -> str:
     trial_cols, trials = trial_rows(records)
     if trials:
         parts.append(markdown(trial_cols, trials))
+    parts += protocol_tables(records)
     parts += figure_tables(records)
     return "\n".join(parts) + provenance(records)
