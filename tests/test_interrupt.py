@@ -57,7 +57,10 @@ def test_ctrl_c_at_start_up_exits_130(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for(lambda: (out / "config.json").exists(), proc)  # written before the first step
     code, output = interrupt(proc)
-    assert code == 130 and "Traceback" not in output, output
+    # 130, or (rarely, when the interrupt lands as the start-up unwinds) death by SIGINT,
+    # which a shell reports as the same 130 (128 + 2); either way said and without traceback.
+    assert code in (130, -signal.SIGINT) and "interrupted" in output, output
+    assert "Traceback" not in output, output
 
 
 def test_ctrl_c_during_evaluate_exits_130(tmp_path: Path) -> None:

@@ -14,11 +14,11 @@ pytest loads automatically once funcgraph is installed. See ``docs/testing.md``.
 
 from .assertions import (
     assert_grad_matches_finite_differences,
-    assert_matches_module,
     assert_pure,
     assert_vmap_matches_loop,
 )
 from .branches import BranchRecord, assert_branches_covered, record_branches
+from .module_match import assert_matches_module
 
 __all__ = [
     "BranchRecord",

@@ -6,7 +6,8 @@ much, so a failing test says what broke without a debugger.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import torch
 import torch.utils._pytree as pytree
@@ -87,3 +88,10 @@ def compare_trees(got: Any, expected: Any, *, rtol: float, atol: float) -> list[
         elif isinstance(g, Tensor) != isinstance(e, Tensor) or g != e:
             problems.append(f"{name}: {g!r} != expected {e!r}")
     return problems
+
+
+def fail(helper: str, problems: Sequence[str], hint: str = "") -> NoReturn:
+    """Raise the AssertionError a helper reports: its name, the first problems, a hint."""
+    shown = "\n  ".join(problems[:8])
+    more = f"\n  ... and {len(problems) - 8} more" if len(problems) > 8 else ""
+    raise AssertionError(f"{helper}: {shown}{more}" + (f"\n{hint}" if hint else ""))
