@@ -276,3 +276,25 @@ def test_bad_confirm_seeds_are_one_line(tmp_path: Path) -> None:
         result = runner.invoke(app, ["tune", "confirm", str(tmp_path / "study"), "--dataset",
                                      "sinusoid", "--seeds", seeds, "--against", ""])
         assert result.exit_code == 2 and expected in result.output, result.output
+
+
+def test_a_study_imports_what_its_trials_were_run_with(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tune show``/``confirm`` import the trials' recorded ``--import`` modules first (the
+    space may name a plugin's algorithm), and a module gone is one line naming the trial."""
+    import sys
+
+    trial = tune_objective.trial_dir(tmp_path, 0)
+    trial.mkdir(parents=True)
+    (trial / "config.json").write_text(json.dumps({"imports": ["study_plugin_mod"]}))
+    (tmp_path / "study_plugin_mod.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        tune_objective.import_study_plugins(tmp_path)
+        assert sys.modules["study_plugin_mod"].LOADED
+    finally:
+        sys.modules.pop("study_plugin_mod", None)
+    (tmp_path / "study_plugin_mod.py").unlink()
+    with pytest.raises(ConfigError, match=f"the run in {trial} was made with --import "
+                                          "study_plugin_mod, which does not import here"):
+        tune_objective.import_study_plugins(tmp_path)
