@@ -178,8 +178,8 @@ def _flat(figure: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def figure_tables(records: list[dict[str, Any]]) -> list[str]:
-    """The other figures, one table per kind of row (the same keys), with each row's record
-    date and commit."""
+    """The other figures, one table per kind of row (the same keys), with each row's CPU,
+    record date and commit."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for record in sorted(records, key=lambda r: r["date"], reverse=True):
         for figure in record["figures"]:
@@ -190,10 +190,11 @@ def figure_tables(records: list[dict[str, Any]]) -> list[str]:
                 continue  # the cost of a run whose own figures are shown
             flat = _flat(figure)
             row = {k: _cell(v) for k, v in flat.items()}
-            row.update(date=_short_date(record), commit=_short_commit(record),
+            row.update(machine=record["machine"]["cpu"], date=_short_date(record),
+                       commit=_short_commit(record),
                        command=f"`{user_command(record['command'])}`")
             groups.setdefault(tuple(flat), []).append(row)
-    return [_with_constants([*keys, "date", "commit", "command"], rows)
+    return [_with_constants([*keys, "machine", "date", "commit", "command"], rows)
             for keys, rows in groups.items()]
 
 
@@ -202,7 +203,8 @@ def _with_constants(columns: list[str], rows: list[dict[str, str]]) -> str:
     above it (``batch 32, clock cpu``), so the columns left are the ones that vary."""
     same = [c for c in columns if len(rows) > 1 and len({r.get(c, "") for r in rows}) == 1]
     varying = [c for c in columns if c not in same] or columns[:1]
-    varying.sort(key=lambda c: (c == "command") + (c in ("date", "commit", "command")) + all(
+    where = ("machine", "date", "commit", "command")
+    varying.sort(key=lambda c: (c == "command") + (c in where) + all(
         _is_number(r.get(c, "")) for r in rows))  # names, then figures, then where from
     said = ", ".join(f"{c} {rows[0].get(c, '')}" for c in same
                      if c not in varying and c != "command")  # commands: listed below

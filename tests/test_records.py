@@ -206,8 +206,13 @@ def test_benchmark_figures_become_columns_and_constant_columns_one_line(
         {"model": "mlp", "ratio": 1.5, "threads": 1}, {"model": "cnn", "ratio": 0.9,
                                                        "threads": 1}]}
     text = bench["results_tables"].block([record])
-    assert text.startswith("Every row: threads 1, date 2026-12-06, commit aaaaaaa.\n\n"
+    assert text.startswith("Every row: threads 1, machine cpu, date 2026-12-06, commit "
+                           "aaaaaaa.\n\n"
                            "| model | ratio |\n| --- | --- |\n| mlp | 1.5 |\n| cnn | 0.9 |\n")
+    other = {**record, "machine": {"cores": 2, "cpu": "another cpu"}}
+    text = bench["results_tables"].block([record, other])
+    assert "| model | ratio | machine |\n" in text and "| mlp | 1.5 | another cpu |" in text, \
+        "records from two machines: each row names its CPU"
 
 
 def test_the_readme_glance_and_the_plots_are_what_the_records_give(
