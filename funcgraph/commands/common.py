@@ -43,6 +43,7 @@ USER_ERROR_EXIT = 2
 RUN_PANEL = "Run"
 DEVICES_PANEL = "Devices and processes"
 MODEL_PANEL = "Model"
+DATA_PANEL = "Data"
 """Help panels (``rich_help_panel=``) the shared options sit in; a command groups its own
 options in panels of its own beside these (``--help`` prints one section per panel)."""
 
@@ -196,8 +197,15 @@ DeviceOption = Annotated[
     typer.Option(rich_help_panel=DEVICES_PANEL,
                  help="Device: auto (CUDA, then MPS, else CPU), cpu, cuda, cuda:N or mps."),
 ]
-SeedOption = Annotated[int, typer.Option(min=0, max=2**31 - 1, rich_help_panel=RUN_PANEL,
-                                          help="Seed of the run's root key.")]
+SeedOption = Annotated[int, typer.Option(
+    min=0, max=2**31 - 1, rich_help_panel=RUN_PANEL,
+    help="Seed of the root key every random draw comes from (params, data, dropout).")]
+DataRootOption = Annotated[Path | None, typer.Option(
+    rich_help_panel=DATA_PANEL,
+    help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")]
+CheckpointOption = Annotated[str, typer.Option(
+    rich_help_panel=RUN_PANEL,
+    help="Which checkpoint of the run: best (highest validation accuracy) or last.")]
 TensorBoardOption = Annotated[bool, typer.Option(
     "--tensorboard", envvar="FUNCGRAPH_TENSORBOARD", rich_help_panel=RUN_PANEL,
     help="Also write TensorBoard event files (RUN_DIR/events/) with the logged scalars; needs "
@@ -243,6 +251,14 @@ RunDirOption = Annotated[Path | None, typer.Option(
     rich_help_panel=RUN_PANEL,
     help="Run directory (default: a new one under runs/, named after the run and its start "
          "time).")]
+
+
+def new_run_dir(label: str) -> Path:
+    """The run directory a training command writes when ``--out`` is not given:
+    ``runs/LABEL-YYYYmmdd-HHMMSS`` (its start time, local clock)."""
+    import time
+
+    return Path("runs") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 PlaceOption = Annotated[str | None, typer.Option(

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from .common import (
+    CheckpointOption,
     DeviceOption,
     ImportOption,
     PrecisionOption,
@@ -39,8 +40,7 @@ def evaluate(
         help="MAML++: score each query on its own, normalised with the per-step running "
              "statistics of the adapted params, or with each batch's statistics (default: "
              "the run's).")] = None,
-    checkpoint: Annotated[str, typer.Option(
-        rich_help_panel=EVALUATION_PANEL, help="best or last.")] = "best",
+    checkpoint: CheckpointOption = "best",
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
     threads: ThreadsOption = 0,

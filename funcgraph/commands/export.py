@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from .common import ImportOption, console, import_plugins, parse_shape, user_errors
+from .common import (
+    CheckpointOption,
+    ImportOption,
+    console,
+    import_plugins,
+    parse_shape,
+    user_errors,
+)
 
 EXPORT_PANEL = "Export"
 
@@ -18,8 +25,7 @@ def export(
     out: Annotated[Path, typer.Option(
         "--out", "-o", rich_help_panel=EXPORT_PANEL, help="Where to write the .pt2 file.")] =
         Path("model.pt2"),
-    checkpoint: Annotated[str, typer.Option(
-        rich_help_panel=EXPORT_PANEL, help="Checkpoint tag: last or best.")] = "last",
+    checkpoint: CheckpointOption = "last",
     input_shape: Annotated[str | None, typer.Option(
         rich_help_panel=EXPORT_PANEL,
         help="Example input shape with batch dim (default: what the run trained on).")] = None,

@@ -13,6 +13,7 @@ from .common import (
     DeviceOption,
     ImportOption,
     PlaceOption,
+    SeedOption,
     console,
     import_plugins,
     parse_shape,
@@ -40,9 +41,7 @@ def graph(
     overrides: Annotated[list[str] | None, typer.Option(
         "--set", "-s", rich_help_panel=MODEL_PANEL,
         help="Model override KEY=VALUE (repeatable).")] = None,
-    seed: Annotated[int, typer.Option(
-        min=0, max=2**31 - 1, rich_help_panel=MODEL_PANEL,
-        help="Seed of params, input and model key.")] = 0,
+    seed: SeedOption = 0,
     train: Annotated[bool, typer.Option(
         "--train/--eval", rich_help_panel=MODEL_PANEL,
         help="Train mode: stochastic depth and dropout draw from the key.")] = False,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,8 +10,10 @@ import typer
 from ..data.registry import dataset_help, image_size_help
 from ..meta.registry import algorithm_help, defaults_help, recipe_help
 from .common import (
+    DATA_PANEL,
     MODEL_PANEL,
     BackendOption,
+    DataRootOption,
     DeviceOption,
     DistTimeoutOption,
     DryRunOption,
@@ -27,12 +28,13 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
+    new_run_dir,
     show_plan,
     start_run,
     user_errors,
 )
 
-TASKS_PANEL = "Tasks and data"
+TASKS_PANEL = "Tasks"
 ALGORITHM_PANEL = "Algorithm"
 META_STEP_PANEL = "Meta-step"
 SPECIFIC_PANEL = "Reptile, MAML++ and iMAML"
@@ -70,16 +72,13 @@ def meta_train(
              "datasets, maml on sinusoid); or one of your own, registered with "
              "funcgraph.meta.register_algorithm in a module given to --import.")] = None,
     dataset: Annotated[str, typer.Option(
-        rich_help_panel=TASKS_PANEL,
+        rich_help_panel=DATA_PANEL,
         help=f"The tasks' dataset: {dataset_help()}; or one of your own, registered with "
              "funcgraph.data.register_dataset in a module given to --import.")
     ] = "glyphs",
-    data_root: Annotated[Path | None, typer.Option(
-        rich_help_panel=TASKS_PANEL,
-        help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")
-    ] = None,
+    data_root: DataRootOption = None,
     image_size: Annotated[int | None, typer.Option(
-        rich_help_panel=TASKS_PANEL,
+        rich_help_panel=DATA_PANEL,
         min=8, max=512, help=f"Resize images to this square size (default: the dataset's: "
                              f"{image_size_help()}).")] = None,
     meta_batch: Annotated[int | None, typer.Option(
@@ -217,7 +216,6 @@ def meta_train(
 
     Example: funcgraph meta-train --tasks 5way1shot
     """
-    import time
     from dataclasses import replace
 
     from .. import distributed
@@ -271,8 +269,7 @@ def meta_train(
             "dry run: nothing written"])
         return
     if out is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}-{stamp}"
+        out = new_run_dir(f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}")
     if env.is_main:
         console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
     with distributed.joined(env):

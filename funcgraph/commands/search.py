@@ -10,19 +10,22 @@ import typer
 
 from ..data.registry import dataset_help
 from .common import (
-    RUN_PANEL,
+    DATA_PANEL,
     BackendOption,
+    DataRootOption,
     DeviceOption,
     DistTimeoutOption,
     DryRunOption,
     ImportOption,
     NprocOption,
     ResumeOption,
+    RunDirOption,
     SeedOption,
     TensorBoardOption,
     ThreadsOption,
     console,
     distributed_env,
+    new_run_dir,
     show_plan,
     start_run,
     user_errors,
@@ -31,7 +34,6 @@ from .common import (
 SEARCH_PANEL = "Search"
 REMEDIES_PANEL = "Collapse remedies"
 NETWORK_PANEL = "Network"
-DATA_PANEL = "Data"
 
 
 class Order(StrEnum):
@@ -133,10 +135,7 @@ def search(
         help=f"The images' dataset (a classification one: {dataset_help()}); its train "
              "split's classes, each class's images halved into weights and architecture.")
     ] = "glyphs",
-    data_root: Annotated[Path | None, typer.Option(
-        rich_help_panel=DATA_PANEL,
-        help="The folder of a dataset that needs --data-root (layouts in docs/data.md).")
-    ] = None,
+    data_root: DataRootOption = None,
     classes: Annotated[int, typer.Option(rich_help_panel=DATA_PANEL, min=2, max=10_000,
                                          help="Classes to classify, spread evenly over the "
                                               "split.")] = 20,
@@ -153,8 +152,7 @@ def search(
         help="A search space file: {\"primitives\": [\"sep_conv_3x3\", ...]} naming built-in "
              "ops or ops registered by an --import module (default: DARTS' eight).")] = None,
     import_: ImportOption = None,
-    out: Annotated[Path, typer.Option(
-        rich_help_panel=RUN_PANEL, help="Run directory.")] = Path("runs/search"),
+    out: RunDirOption = None,
     resume: ResumeOption = False,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
@@ -202,7 +200,10 @@ def search(
         return
     env = distributed_env(nproc, backend, dist_timeout, device, out)
     dev = resolve_device(device)
+    if out is None:
+        out = new_run_dir(f"search-{dataset}")
     if env.is_main:
+        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "
                       f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)

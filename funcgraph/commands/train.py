@@ -3,7 +3,6 @@ meta-train uses (progress, validation, atomic checkpoints, metrics, resume, Ctrl
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +25,7 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
+    new_run_dir,
     show_plan,
     start_run,
     user_errors,
@@ -102,7 +102,7 @@ def train(
     env = distributed_env(nproc, backend, dist_timeout, device, out)
     if out is None:
         label = "genotype" if genotype else Path(model).stem
-        out = Path("runs") / f"train-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = new_run_dir(f"train-{label}")
     if env.is_main:
         console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
     with distributed.joined(env):

@@ -32,6 +32,11 @@ tune_app = typer.Typer(
 
 StudyArgument = Annotated[Path, typer.Argument(
     help="The study directory (space.toml, study.db, trials/).")]
+StorageOption = Annotated[str | None, typer.Option(
+    rich_help_panel=RUN_PANEL,
+    help="The study's Optuna storage, if not STUDY/study.db (one process at a time): an RDB "
+         "URL (postgresql://..., mysql://...) that processes on several machines share, or "
+         "journal:PATH (a journal file on a shared filesystem).")]
 
 
 def _echo(line: str) -> None:
@@ -45,11 +50,7 @@ def run(
     study: Annotated[Path, typer.Option(
         "--study", rich_help_panel=RUN_PANEL,
         help="The study directory; the same command again resumes the study.")],
-    storage: Annotated[str | None, typer.Option(
-        rich_help_panel=RUN_PANEL,
-        help="An Optuna storage other processes or machines share: an RDB URL "
-             "(postgresql://..., mysql://...) or journal:PATH (a journal file on a shared "
-             "filesystem). Default: STUDY/study.db, one process at a time.")] = None,
+    storage: StorageOption = None,
     workers: Annotated[int, typer.Option(
         min=1, max=256, rich_help_panel=DEVICES_PANEL,
         help="Local worker processes on the study (the cores are divided between them).")
@@ -99,8 +100,7 @@ def run(
 @user_errors
 def show(
     study: StudyArgument,
-    storage: Annotated[str | None, typer.Option(
-        help="The study's Optuna storage, if not STUDY/study.db.")] = None,
+    storage: StorageOption = None,
     plots: Annotated[bool, typer.Option(
         "--plots/--no-plots", help="Write STUDY/plots/*.png.")] = True,
     json_lines: Annotated[bool, typer.Option(
@@ -170,8 +170,7 @@ def confirm(
              "(empty: none).")] = "protonet,maml",
     image_size: Annotated[int | None, typer.Option(
         min=8, max=512, help="Resize the confirmation images to this size.")] = None,
-    storage: Annotated[str | None, typer.Option(
-        help="The study's Optuna storage, if not STUDY/study.db.")] = None,
+    storage: StorageOption = None,
     device: DeviceOption = "cpu",
     threads: ThreadsOption = 0,
     import_: ImportOption = None,
