@@ -78,8 +78,9 @@ class Speed:
 
 GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
     (Runs("The README's run: ProtoNet, glyphs 5-way 1-shot", ("readme",), "glyphs"), META),
-    (Runs("MAML++ default, glyphs", ("meta-learning",), "glyphs",
-          {"algo": "mamlpp", "steps": "1596"}), META),
+    (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`)",
+          ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "threads": None}),
+     META),
     (Runs("MAML++ default on the confirmation set (rgb-shapes 28 px, never tuned on)",
           ("tune-confirm",), "rgb-shapes 28px", {"steps": "1596"}, (0, 1, 2)), META),
     (Runs("ProtoNet default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
