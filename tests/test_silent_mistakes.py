@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from funcgraph import Model, bind, from_module, nn, random
 from funcgraph.errors import ConfigError
 from funcgraph.meta import imaml, maml, mamlpp, protonet, reptile
+from funcgraph.nas import BilevelConfig
 from funcgraph.train import adam, cosine_lr, sgd
 
 LEARNERS = [maml, mamlpp, imaml, reptile, lambda apply: protonet(apply, ways=5)]
@@ -29,6 +30,10 @@ NAMES = ["maml", "mamlpp", "imaml", "reptile", "protonet"]
     (lambda: sgd(math.nan), "sgd: lr must be a finite number >= 0.0, got nan"),
     (lambda: sgd(0.1, momentum=-0.5), "sgd: momentum must be a finite number >= 0"),
     (lambda: sgd(0.1, nesterov=True), "sgd: nesterov needs momentum > 0"),
+    (lambda: sgd(0.1, momentum=1.0), "sgd: momentum must be in [0, 1)"),
+    (lambda: cosine_lr(0.1, 1, 10, min_lr=0.5), "cosine_lr: min_lr (0.5) must not exceed"),
+    (lambda: BilevelConfig(w_lr=0.0005), "BilevelConfig: w_lr_min (0.001) must not exceed"),
+    (lambda: BilevelConfig(w_momentum=1.2), "sgd: momentum must be in [0, 1)"),
     (lambda: cosine_lr(0.1, -1, 10), "cosine_lr: step must be"),
     (lambda: cosine_lr(0.1, 1, 0), "cosine_lr: total_steps must be"),
 ])

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 from torch.func import grad, vjp
 
+from ..checks import check_number
 from ..errors import ConfigError
 from ..params import Params, zip_map
 from ..train.optim import Optimizer, adam, sgd
@@ -68,6 +69,16 @@ class BilevelConfig:
     order: Order = "first"
     hypergradient: Hypergradient = "exact"
     fd_radius: float = 0.01
+
+    def __post_init__(self) -> None:
+        """Check the rates when the config is built, not at the search's first step: the
+        optimisers' own checks, and the schedule's floor not above its start."""
+        self.weight_optimizer()
+        self.arch_optimizer()
+        check_number("BilevelConfig", "w_lr_min", self.w_lr_min)
+        if self.w_lr_min > self.w_lr:
+            raise ConfigError(f"BilevelConfig: w_lr_min ({self.w_lr_min}) must not exceed w_lr "
+                              f"({self.w_lr}): the weights' cosine schedule anneals down to it")
 
     @classmethod
     def paper(cls, **overrides: Any) -> BilevelConfig:

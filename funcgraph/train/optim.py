@@ -92,10 +92,13 @@ def sgd(
     """SGD with optional momentum/Nesterov and L2 weight decay, as ``torch.optim.SGD``.
 
     The arguments are checked here: a rate that is not a finite number >= 0 (0 freezes the
-    params), a negative momentum or weight decay, or Nesterov without momentum is a
+    params), a momentum outside [0, 1) (at 1 or more the buffer never forgets and the steps
+    grow without bound), a negative weight decay, or Nesterov without momentum is a
     ConfigError."""
     check_number("sgd", "lr", lr)
     check_number("sgd", "momentum", momentum)
+    if momentum >= 1:
+        raise ConfigError(f"sgd: momentum must be in [0, 1) (0.9 is usual), got {momentum}")
     check_number("sgd", "weight_decay", weight_decay)
     check_bool("sgd", "nesterov", nesterov)
     if nesterov and momentum == 0:
@@ -197,11 +200,15 @@ def adam(
 
 def cosine_lr(base_lr: float, step: int, total_steps: int, *, min_lr: float = 0.0) -> float:
     """Cosine annealing from ``base_lr`` at step 0 to ``min_lr`` at ``total_steps`` (each
-    argument checked: a finite rate >= 0, a step >= 0, a length >= 1, a floor >= 0)."""
+    argument checked: a finite rate >= 0, a step >= 0, a length >= 1, a floor >= 0 and not
+    above ``base_lr``, so swapped rates are an error rather than a schedule that climbs)."""
     check_number("cosine_lr", "base_lr", base_lr)
     check_int("cosine_lr", "step", step, minimum=0)
     check_int("cosine_lr", "total_steps", total_steps)
     check_number("cosine_lr", "min_lr", min_lr)
+    if min_lr > base_lr:
+        raise ConfigError(f"cosine_lr: min_lr ({min_lr}) must not exceed base_lr ({base_lr}): "
+                          "the schedule anneals from base_lr down to min_lr")
     progress = min(max(step / max(total_steps, 1), 0.0), 1.0)
     return min_lr + 0.5 * (base_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
