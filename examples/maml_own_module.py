@@ -1,7 +1,8 @@
-"""MAML on your own ``torch.nn.Module``, batch norm included, in about fifteen lines.
+"""MAML on your own ``torch.nn.Module``, batch norm included: the long path, every piece in
+hand (the params, the optimiser state, the keys, the strategy). The short path, a learner and
+a ``MetaTrainer`` in four funcgraph names, is ``examples/maml_short.py``.
 
-learn2learn asks for four things: ``MAML(model, lr)``, ``clone``, ``adapt``, ``backward``.
-Here, the same four steps:
+Four steps:
 
 1. convert the module: ``model = fg.from_module(net)``; ``model.init(key)`` draws its params
    as ``net.reset_parameters`` would (batch-norm running statistics become the state);

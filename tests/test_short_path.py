@@ -115,8 +115,16 @@ def test_the_name_counter_counts_chains_and_imports() -> None:
                                        "meta.tasks"}
 
 
-def test_the_short_example_uses_at_most_six_funcgraph_names() -> None:
-    names = funcgraph_names(EXAMPLE.read_text())
+def guide_first_example() -> str:
+    """The first code block of the meta-learning guide: the short path as a reader meets it."""
+    guide = (EXAMPLE.parents[1] / "docs" / "meta-learning.md").read_text()
+    return guide.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("source", [EXAMPLE.read_text, guide_first_example],
+                         ids=["examples/maml_short.py", "the guide's first example"])
+def test_the_short_example_uses_at_most_six_funcgraph_names(source) -> None:
+    names = funcgraph_names(source())
     assert len(names) <= MAX_NAMES, f"the short path grew to {len(names)} names: {sorted(names)}"
     assert {"meta.maml", "meta.MetaTrainer", "meta.tasks"} <= names, sorted(names)
 
@@ -245,6 +253,16 @@ def test_a_learner_from_a_function_needs_the_params_at_init() -> None:
     with pytest.raises(ConfigError, match=r"pass them, init\(key, params\)"):
         trainer.init(fg.random.key(0))
     assert equal_dicts(trainer.init(fg.random.key(0), params).params, params)
+
+
+def test_a_model_without_parameters_is_refused_at_init() -> None:
+    class NoWeights(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    trainer = MetaTrainer(maml(NoWeights(), kind="regression"))
+    with pytest.raises(ConfigError, match="has no parameters, so there is nothing to meta-train"):
+        trainer.init(fg.random.key(0))
 
 
 def test_evaluating_on_a_stream_scores_the_tasks_it_yields() -> None:

@@ -124,7 +124,8 @@ class MetaTrainer:
                 model to draw them from); ``None``: ``learner.model.init``'s.
 
         Raises:
-            ConfigError: no params and a learner without a model.
+            ConfigError: no params and a learner without a model, or a model without
+                parameters.
         """
         key = random.check_key("MetaTrainer.init", key, batch=False)
         draw, root = random.split(key, 2)
@@ -135,6 +136,11 @@ class MetaTrainer:
                     "so it has no model to draw params from; pass them, init(key, params), or "
                     "build the learner from the Model or nn.Module itself")
             params, _ = self.learner.model.init(draw)
+            if not params:
+                raise ConfigError(
+                    f"MetaTrainer.init: the {self.learner.name} learner's model has no "
+                    "parameters, so there is nothing to meta-train; give it a model with "
+                    "learnable weights (an nn.Module's nn.Parameter, a Model's params)")
         elif not isinstance(params, dict) or not params:
             raise ConfigError(f"MetaTrainer.init: params must be None or a non-empty dict of "
                               f"tensors, got {type(params).__name__}")
