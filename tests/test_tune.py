@@ -69,6 +69,14 @@ def options(tmp_path: Path, **kw: object) -> TuneOptions:
      "protonet has no inner loop"),
     ('[study]\nwho = 1\n[space]\ninner_lr = { low = 0.1, high = 1.0 }', "unknown keys"),
     ('[space]\n', "no knobs to search"),
+    ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[space]\n'
+     '"model.hiddn" = { choices = [8, 16] }',
+     "model.hiddn = 8 is refused: model mlp: model.params.hiddn: unknown parameter of mlp "
+     "(did you mean 'hidden'?)"),
+    ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[space]\n'
+     '"model.hidden" = { low = -2, high = 8 }', "model.hidden = -2 is refused"),
+    ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[fixed]\n"model.hiddn" = 8\n[space]\n'
+     'inner_lr = { low = 0.1, high = 1.0 }', "[fixed] the model values is refused"),
 ])
 def test_a_bad_space_is_one_line_before_anything_runs(tmp_path: Path, space: str,
                                                       expected: str) -> None:

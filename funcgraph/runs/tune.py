@@ -36,7 +36,7 @@ from ..files import atomic_write
 from ..plugins import import_plugins
 from ..train.ownership import RunLock
 from .tune_objective import Objective, describe
-from .tune_space import parse_space
+from .tune_space import check_model_knobs, parse_space
 from .tune_study import (
     SPACE_FILE,
     Echo,
@@ -134,6 +134,7 @@ def tune(opts: TuneOptions, echo: Echo = print) -> Any:
     With ``workers > 1`` the workers are spawned processes on the one study; Ctrl-C reaches
     each, which saves its trial, and the study can be resumed by running the same call.
     """
+    check_model_knobs(opts.space)
     lock = prepare(opts)
     try:
         study = open_study(opts)

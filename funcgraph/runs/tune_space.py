@@ -250,6 +250,34 @@ def check_space(space: SearchSpace) -> None:
         raise ConfigError(f"[space]: the knobs' lower ends together are refused: {e}") from None
 
 
+def check_model_knobs(space: SearchSpace) -> None:
+    """Resolve the study's model at each end of every ``model.NAME`` knob (the others at
+    their lower ends), so an unknown hyperparameter or a value the model refuses stops the
+    study before its first trial, naming the knob. It needs the data set's shapes, so it
+    runs when a study starts rather than when the space is parsed; nothing to do without
+    model knobs or fixed model values."""
+    knobs = [k for k in space.knobs if k.name.startswith(MODEL_PREFIX)]
+    if not knobs and not any(name.startswith(MODEL_PREFIX) for name in space.fixed):
+        return
+    from .meta_plan import model_config
+    from .resolve import resolve_model
+    from .task_sources import task_sources
+
+    cfg = space.config({})
+    sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
+                           data_root=cfg.data_root, rotate=cfg.rotate,
+                           image_size=cfg.image_size)
+    low = {k.name: k.extremes()[0] for k in knobs}
+    cases = [(f"[space] {k.name} = {v!r}", {**low, k.name: v}) for k in knobs
+             for v in k.extremes()] or [("[fixed] the model values", {})]
+    for where, drawn in cases:
+        try:
+            resolve_model(model_config(cfg.algo, sources,
+                                       overrides=space.model_overrides(drawn)))
+        except FuncgraphError as e:
+            raise ConfigError(f"{where} is refused: {e}") from None
+
+
 def load_space(path: str | Path) -> SearchSpace:
     """Read and check a space file (see the module docstring)."""
     path = Path(path)
@@ -266,4 +294,5 @@ def load_space(path: str | Path) -> SearchSpace:
     return parse_space(data, text)
 
 
-__all__ = ["FRACTIONS", "Knob", "SearchSpace", "check_space", "load_space", "parse_space"]
+__all__ = ["FRACTIONS", "Knob", "SearchSpace", "check_model_knobs", "check_space", "load_space",
+           "parse_space"]
