@@ -84,9 +84,9 @@ GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
     (Runs("MAML++ default on the confirmation set (rgb-shapes 28 px, never tuned on)",
           ("tune-confirm",), "rgb-shapes 28px", {"steps": "1596"}, (0, 1, 2)), META),
     (Runs("ProtoNet default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
-          {"algo": "protonet"}, (0, 1, 2)), META),
+          {"algo": "protonet", "steps": None}, (0, 1, 2)), META),
     (Runs("MAML default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
-          {"algo": "maml"}, (0, 1, 2)), META),
+          {"algo": "maml", "steps": None}, (0, 1, 2)), META),
     (Speed("One MAML meta-step (conv4, 32 tasks, one thread), 15 queries per class: speed-up "
            "over a clone-and-adapt loop",
            15, "baseline"), META),
