@@ -46,10 +46,12 @@ def options(command: str) -> dict[str, str]:
 
 def user_command(command: str) -> str:
     """The command as a user would type it: without its ``--out DIR`` (a scratch directory
-    of the run that recorded it)."""
+    of the run that recorded it), unless it continues a run (``--resume`` needs it)."""
     try:
         words = shlex.split(command)
     except ValueError:
+        return command
+    if "--resume" in words:
         return command
     kept: list[str] = []
     skip = False

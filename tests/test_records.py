@@ -195,6 +195,8 @@ def test_a_run_table_has_named_columns_and_the_command_a_user_types(
                          "2"], cells
     assert cells[-1] == "`funcgraph meta-train --dataset rgb-shapes --image-size 28 --algo maml "\
                         "--seed 2`", "the scratch --out directory is left out"
+    resumed = "funcgraph search --seed 2 --out runs/s2 --resume"
+    assert tables.user_command(resumed) == resumed, "--resume needs the --out it continues"
     assert "<details>" in text and '"/tmp/runs/maml"' not in text.split("<details>")[0]
     assert json.loads(text.split("```json\n")[1].split("\n")[0]) == record, \
         "the full record is one click away"
