@@ -306,3 +306,27 @@ def test_a_study_imports_what_its_trials_were_run_with(tmp_path: Path,
     with pytest.raises(ConfigError, match=f"the run in {trial} was made with --import "
                                           "study_plugin_mod, which does not import here"):
         tune_objective.import_study_plugins(tmp_path)
+
+
+def test_a_journal_file_holds_the_study_instead_of_sqlite(tmp_path: Path) -> None:
+    journal = tmp_path / "shared" / "study.journal"
+    journal.parent.mkdir()
+    study = tune(options(tmp_path, trials=2, storage=f"journal:{journal}"), echo=lambda _: None)
+    assert len([t for t in study.trials if t.state.name == "COMPLETE"]) == 2
+    assert journal.stat().st_size > 0 and not (tmp_path / "study" / "study.db").exists()
+
+
+@pytest.mark.parametrize("budget", [{"cpu_hours": 1e-7}, {"timeout_s": 1e-3}])
+def test_a_spent_budget_stops_the_study_after_the_running_trial(
+        tmp_path: Path, budget: dict[str, float]) -> None:
+    study = tune(options(tmp_path, trials=5, **budget), echo=lambda _: None)
+    assert len(study.trials) == 1, [t.state.name for t in study.trials]
+
+
+def test_the_importance_plot_is_drawn_once_two_trials_differ(tmp_path: Path) -> None:
+    from funcgraph.runs.tune_report import write_plots
+
+    opts = options(tmp_path, trials=3, pruner="none")
+    written = write_plots(tune(opts, echo=lambda _: None), tmp_path / "plots")
+    assert {p.name for p in written} == {"history.png", "importance.png", "cost.png"}
+    assert all(p.stat().st_size > 1000 for p in written)
