@@ -109,7 +109,9 @@ def run_row(command: str, acc: float, ci: float | None, *, tasks: str | None,
     steps = steps if steps is not None else (int(opts["steps"]) if "steps" in opts else None)
     seed = seed if seed is not None else int(opts.get("seed", 0))
     interval = f"{100 * acc:.2f}%" + (f" ± {100 * ci:.2f}" if ci is not None else "")
-    return {"algorithm": algo, "data set": dataset, "tasks": tasks or opts.get("tasks", ""),
+    default_tasks = "10shot" if dataset == "sinusoid" else "5way1shot"  # meta-train's
+    return {"algorithm": algo, "data set": dataset,
+            "tasks": tasks or opts.get("tasks", default_tasks),
             "accuracy (95% CI)": interval, "steps": _number(steps), "CPU s": _number(
                 None if cpu_s is None else round(cpu_s)),
             "seed": str(seed), "precision": opts.get("precision", "float32"),
