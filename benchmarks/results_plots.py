@@ -49,11 +49,18 @@ def accuracy_data(dataset: str, names: tuple[str, ...]) -> Callable[[Records], A
     return lambda read: _accuracy_points(read, names, dataset)
 
 
+MARKERS = "osD^v<>phP*X"
+
+
 def draw_accuracy(ax: Any, points: list[dict[str, Any]], title: str) -> None:
-    for algo in sorted({p["algorithm"] for p in points}):
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab20"].colors  # 20 colours, and a marker each: no twins
+    for i, algo in enumerate(sorted({p["algorithm"] for p in points})):
         mine = [p for p in points if p["algorithm"] == algo]
         ax.errorbar([p["cpu_s"] for p in mine], [p["acc"] for p in mine],
-                    yerr=[p["ci"] for p in mine], fmt="o", capsize=3, label=algo)
+                    yerr=[p["ci"] for p in mine], fmt=MARKERS[i % len(MARKERS)],
+                    color=colours[i % len(colours)], capsize=3, label=algo)
     ax.set_xlabel("CPU seconds of the training")
     ax.set_ylabel("test accuracy, % (95% CI)")
     ax.set_title(title)
