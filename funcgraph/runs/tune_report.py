@@ -2,7 +2,8 @@
 ready ``meta-train`` command line, plots, and JSON lines for the results records.
 
 The plots are Optuna's own (``optuna.visualization.matplotlib``: the optimisation history and
-the parameter importances, fANOVA) beside one of ours, each trial's validation accuracy against
+the parameter importances by Optuna's default evaluator, PED-ANOVA, which needs no
+scikit-learn) beside one of ours, each trial's validation accuracy against
 the CPU seconds it took, so the cost of a setting is on the same page as its accuracy.
 """
 
