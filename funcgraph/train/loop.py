@@ -103,7 +103,6 @@ def run_loop(
             run.save(tag, groups, {**cfg.meta, "step": done, "best_value": best_value,
                                    **(extra or {})})
 
-    from rich import get_console
     from rich.progress import (  # the bar's machinery loads when a loop runs, not on import
         BarColumn,
         MofNCompleteColumn,
@@ -123,11 +122,7 @@ def run_loop(
         TextColumn("eta"),
         TimeRemainingColumn(),
     ]
-    # Off a terminal the bar draws nothing until it stops, so it needs no refresh thread; and
-    # that thread can deadlock the stop: a Ctrl-C landing just after the bar's lock is taken
-    # leaves the lock held, the thread waits on it and stopping the bar waits on the thread.
-    progress = Progress(*columns, disable=not cfg.show_progress, transient=False,
-                        auto_refresh=get_console().is_terminal)
+    progress = Progress(*columns, disable=not cfg.show_progress, transient=False)
     started = time.perf_counter()
     try:
         with progress:
