@@ -20,6 +20,19 @@ SINE = [sys.executable, "-m", "funcgraph", "meta-train", "--dataset", "sinusoid"
         "--device", "cpu"]
 
 
+def take_ctrl_c() -> None:
+    """In the child before it execs: SIGINT back to its default. A shell without job control
+    starts a backgrounded command (``pytest &``) with SIGINT ignored, its children inherit
+    that, and Python then installs no KeyboardInterrupt handler, so the interrupt would never
+    arrive."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=take_ctrl_c)
+
+
 def wait_for(condition: object, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
     start = time.monotonic()
     while not condition():  # type: ignore[operator]
@@ -36,8 +49,7 @@ def interrupt(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 def test_ctrl_c_mid_run_saves_exits_130_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen([*SINE, "--steps", "1000000", "--out", str(out)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start([*SINE, "--steps", "1000000", "--out", str(out)])
     metrics = out / "metrics.jsonl"
     wait_for(lambda: metrics.exists() and '"train"' in metrics.read_text(), proc)
     code, output = interrupt(proc)
@@ -53,8 +65,7 @@ def test_ctrl_c_mid_run_saves_exits_130_and_resumes(tmp_path: Path) -> None:
 
 def test_ctrl_c_at_start_up_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.Popen([*SINE, "--steps", "1000000", "--out", str(out)], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start([*SINE, "--steps", "1000000", "--out", str(out)])
     wait_for(lambda: (out / "config.json").exists(), proc)  # written before the first step
     code, output = interrupt(proc)
     # 130, or (rarely, when the interrupt lands as the start-up unwinds) death by SIGINT,
@@ -68,9 +79,8 @@ def test_ctrl_c_during_evaluate_exits_130(tmp_path: Path) -> None:
     done = subprocess.run([*SINE, "--steps", "2", "--out", str(out)], text=True,
                           capture_output=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "funcgraph", "evaluate", str(out),
-                             "--episodes", "100000", "--device", "cpu"], text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start([sys.executable, "-m", "funcgraph", "evaluate", str(out),
+                  "--episodes", "100000", "--device", "cpu"])
     time.sleep(4.0)  # in start-up or scoring: either way an interrupt is 130
     code, output = interrupt(proc)
     assert code == 130 and "interrupted" in output and "Traceback" not in output, output
