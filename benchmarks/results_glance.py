@@ -88,7 +88,8 @@ GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
     (Runs("MAML default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
           {"algo": "maml", "steps": None}, (0, 1, 2)), META),
     (Runs("MAML at about the tuned MAML++'s CPU time on the confirmation set (`--steps 1600`)",
-          ("confirmation",), "rgb-shapes 28px", {"algo": "maml", "steps": "1600"}), META),
+          ("confirmation",), "rgb-shapes 28px", {"algo": "maml", "steps": "1600"}, (0, 1, 2)),
+     META),
     (Speed("One MAML meta-step (conv4, 32 tasks, one thread), 15 queries per class: speed-up "
            "over a clone-and-adapt loop",
            15, "baseline"), META),
