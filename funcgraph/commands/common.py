@@ -253,12 +253,16 @@ RunDirOption = Annotated[Path | None, typer.Option(
          "time).")]
 
 
-def new_run_dir(label: str) -> Path:
-    """The run directory a training command writes when ``--out`` is not given:
-    ``runs/LABEL-YYYYmmdd-HHMMSS`` (its start time, local clock)."""
+def run_dir(out: Path | None, label: str, env: DistEnv) -> Path:
+    """The run directory a training command writes, said once by the main process: ``--out``,
+    or when it is not given ``runs/LABEL-YYYYmmdd-HHMMSS`` (its start time, local clock)."""
     import time
 
-    return Path("runs") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out is None:
+        out = Path("runs") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if env.is_main:
+        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
+    return out
 
 
 PlaceOption = Annotated[str | None, typer.Option(

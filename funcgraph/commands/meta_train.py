@@ -28,7 +28,7 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    new_run_dir,
+    run_dir,
     show_plan,
     start_run,
     user_errors,
@@ -268,10 +268,7 @@ def meta_train(
             "scaled; validation not included)",
             "dry run: nothing written"])
         return
-    if out is None:
-        out = new_run_dir(f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}")
-    if env.is_main:
-        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
+    out = run_dir(out, f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}", env)
     with distributed.joined(env):
         meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
                    echo=lambda line: console.print(line, highlight=False, markup=False),

@@ -25,7 +25,7 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    new_run_dir,
+    run_dir,
     show_plan,
     start_run,
     user_errors,
@@ -200,10 +200,8 @@ def search(
         return
     env = distributed_env(nproc, backend, dist_timeout, device, out)
     dev = resolve_device(device)
-    if out is None:
-        out = new_run_dir(f"search-{dataset}")
+    out = run_dir(out, f"search-{dataset}", env)
     if env.is_main:
-        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
         console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
                       f"{data.val_x.shape[0]} validation images, {order.value} order, "
                       f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)

@@ -25,7 +25,7 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
-    new_run_dir,
+    run_dir,
     show_plan,
     start_run,
     user_errors,
@@ -100,11 +100,7 @@ def train(
                                   f"memory: {plan.memory}", "dry run: nothing written"])
         return
     env = distributed_env(nproc, backend, dist_timeout, device, out)
-    if out is None:
-        label = "genotype" if genotype else Path(model).stem
-        out = new_run_dir(f"train-{label}")
-    if env.is_main:
-        console.print(f"run directory: {out}", highlight=False, markup=False, soft_wrap=True)
+    out = run_dir(out, f"train-{'genotype' if genotype else Path(model).stem}", env)
     with distributed.joined(env):
         fit(cfg, out, resume=resume, device=device, env=env,
             echo=lambda line: console.print(line, highlight=False, markup=False),
