@@ -52,6 +52,30 @@ def test_subpackages_load_on_first_attribute_access() -> None:
     assert "funcgraph.runs" not in loaded, "funcgraph.nas pulled in the run layer"
 
 
+DIR_PROBE = """
+import importlib, json, pkgutil, funcgraph
+packages = ["funcgraph", *(f"funcgraph.{m.name}" for m in pkgutil.iter_modules(funcgraph.__path__)
+                           if m.ispkg)]
+missing = {}
+for name in packages:
+    package = importlib.import_module(name)
+    missing[name] = sorted(set(getattr(package, "__all__", ())) - set(dir(package)))
+print(json.dumps(missing))
+"""
+
+
+def test_dir_of_every_package_lists_its_public_names_before_they_load() -> None:
+    """Completion reads ``dir()``: a package whose names load on first use (``meta``,
+    ``data``, the top level) still lists every name of ``__all__``, in a fresh interpreter
+    where none of them has loaded yet."""
+    out = subprocess.run([sys.executable, "-c", DIR_PROBE], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    missing = json.loads(out.strip().splitlines()[-1])
+    assert {"funcgraph", "funcgraph.meta", "funcgraph.data", "funcgraph.runs"} <= set(missing), (
+        f"the probe did not reach every package: {sorted(missing)}")
+    assert not any(missing.values()), {k: v for k, v in missing.items() if v}
+
+
 HELP_PROBE = """
 from typer.testing import CliRunner
 from funcgraph.cli import app

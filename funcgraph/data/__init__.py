@@ -62,4 +62,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """What is loaded and every public name, loaded or not, so completion finds them."""
+    return sorted({*globals(), *__all__})
+
+
 __all__ = sorted(_HOME)

@@ -124,6 +124,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """What is loaded and every public name, loaded or not, so completion finds them."""
+    return sorted({*globals(), *__all__})
+
+
 class _Package(types.ModuleType):
     """This package, whose functions named like their modules (``maml``, ``imaml``,
     ``mamlpp``, ``reptile``, ``protonet``, ``evaluate``) stay functions: importing the
