@@ -133,6 +133,14 @@ def autocast_float32(x: Tensor) -> Tensor:
     return x
 
 
-__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "autocast_float32",
-           "autocast_on", "bf16_native", "check_precision", "chosen_precision", "cpu_flags",
-           "full_precision", "in_precision", "resolve_precision"]
+def at_least_float32(x: Tensor) -> Tensor:
+    """``x`` as float32 when it is bfloat16 or float16, else ``x`` itself (float64 stays): a
+    loss or metric that a bfloat16 computation returned, reported and averaged in float32
+    (bfloat16 holds 8 significant bits: 37/75 correct would read 0.4941, not 0.4933)."""
+    return x.float() if x.dtype in LOW_PRECISION else x
+
+
+__all__ = ["BF16_CPU_FLAGS", "CHOICES", "LOW_PRECISION", "PRECISIONS", "at_least_float32",
+           "autocast_float32", "autocast_on", "bf16_native", "check_precision",
+           "chosen_precision", "cpu_flags", "full_precision", "in_precision",
+           "resolve_precision"]

@@ -132,3 +132,40 @@ def test_the_supervised_step_trains_in_bf16_with_float32_params() -> None:
     # Adam's first step moves each entry by about lr times its gradient's sign: the entries
     # whose small gradients change sign in bfloat16 step the other way (measured: 1.1%).
     assert rel(p16, p32) < 0.05
+
+
+@pytest.mark.parametrize("strategy", ["loop", "vmap"])
+def test_the_meta_steps_metrics_come_back_float32_under_bf16(strategy: str) -> None:
+    """The step's loss and accuracy are reported in float32 (bfloat16 would round 7/15 to
+    0.4668), for the built-in accuracy and for a learner whose own loss returns bfloat16."""
+    from funcgraph.meta import MetaLearner, meta_step, objective
+    from funcgraph.meta.learner import task_grad_of
+    from funcgraph.train import adam
+
+    model = conv4(5, hidden=8, variant="strided")
+    params, state = model.init(random.key(0))
+    builtin = maml(bind(model, state, train=True), inner_steps=1, inner_lr=0.4)
+
+    def low_loss(p: dict[str, torch.Tensor], task: Task) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = bind(model, state, train=True)(p, task.query_x)
+        loss = torch.nn.functional.cross_entropy(logits.float(), task.query_y)
+        return loss.bfloat16(), (logits.argmax(-1) == task.query_y).bfloat16().mean()
+
+    own = MetaLearner("own", init=lambda p: dict(p), task_grad=task_grad_of(low_loss),
+                      task_eval=low_loss, objective=objective("classification"))
+    opt = adam(1e-3)
+    for learner in (builtin, own):
+        _, _, metrics = meta_step(learner, opt, params, opt.init(params), tasks(torch.float32),
+                                  strategy=strategy, precision="bf16")
+        assert (metrics.loss.dtype, metrics.metric.dtype) == (torch.float32, torch.float32), (
+            f"{learner.name}, {strategy}: {metrics}")
+
+
+def test_accuracy_of_bfloat16_logits_counts_exactly() -> None:
+    from funcgraph.meta import accuracy
+
+    labels = torch.arange(75) % 5
+    logits = torch.nn.functional.one_hot(labels, 5).to(torch.bfloat16)
+    logits[:38] = logits[:38].roll(1, dims=-1)  # 38 wrong, 37 right
+    got = accuracy(logits, labels)
+    assert got.dtype == torch.float32 and got.item() == torch.tensor(37 / 75).item(), got

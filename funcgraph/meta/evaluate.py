@@ -24,7 +24,7 @@ from ..checks import check_choice, check_int
 from ..data.tasks import confidence_interval
 from ..errors import ConfigError
 from ..params import Params
-from ..precision import check_precision
+from ..precision import at_least_float32, check_precision
 from ..random import Key
 from .learner import MetaLearner, Task
 from .strategy import STRATEGIES, task_evals
@@ -109,8 +109,8 @@ def evaluate(
         tasks = tasks.to(device, dtype)
         loss, metric = task_evals(learner.task_eval, meta_params, tasks, strategy=strategy,
                                   precision=precision)
-        losses.append(loss.detach().cpu())
-        metrics.append(metric.detach().cpu())
+        losses.append(at_least_float32(loss.detach().cpu()))
+        metrics.append(at_least_float32(metric.detach().cpu()))
         done += n
     mean, ci = confidence_interval(torch.cat(metrics))
     return EvalResult(learner.objective.metric_name, mean, ci, torch.cat(losses).mean().item(),

@@ -197,8 +197,10 @@ class Objective(NamedTuple):
 
 
 def accuracy(logits: Tensor, labels: Tensor) -> Tensor:
-    """Fraction of rows whose arg-max is the label (a float tensor, no gradient)."""
-    return (logits.argmax(dim=-1) == labels).to(logits.dtype).mean().detach()
+    """Fraction of rows whose arg-max is the label (a float tensor, no gradient): float32 for
+    bfloat16 logits (autocast's), whose 8 significant bits would round the fraction."""
+    hits = logits.argmax(dim=-1) == labels
+    return hits.to(torch.promote_types(logits.dtype, torch.float32)).mean().detach()
 
 
 def _mse_metric(pred: Tensor, target: Tensor) -> Tensor:

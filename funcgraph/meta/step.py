@@ -25,6 +25,7 @@ from torch import Tensor
 from ..checks import check_int, check_number
 from ..errors import ConfigError
 from ..params import Params
+from ..precision import at_least_float32
 from ..train import Optimizer
 from .learner import MetaLearner, Task
 from .strategy import mean_task_grads
@@ -35,7 +36,8 @@ Reduce = Callable[[Params, Tensor, Tensor], tuple[Params, Tensor, Tensor]]
 
 @dataclass(frozen=True)
 class StepMetrics:
-    """The mean query loss and metric of a meta-step's tasks (scalar tensors)."""
+    """The mean query loss and metric of a meta-step's tasks (scalar tensors, float32 or
+    wider whatever precision the tasks computed in)."""
 
     loss: Tensor
     metric: Tensor
@@ -85,7 +87,8 @@ def meta_step(
         params, opt_state = optimizer.update(params, grads, opt_state)
     else:
         params, opt_state = optimizer.update(params, grads, opt_state, lr=lr)
-    return params, opt_state, StepMetrics(loss, metric)
+    # A task computed in bfloat16 may return its loss or metric in bfloat16: reported in float32
+    return params, opt_state, StepMetrics(at_least_float32(loss), at_least_float32(metric))
 
 
 def _check(learner: object, optimizer: object, step: object, lr: object,
