@@ -18,6 +18,7 @@ from funcgraph.runs import tune_objective
 from funcgraph.runs.tune import TuneOptions, tune
 from funcgraph.runs.tune_report import best_command, table, trial_rows
 from funcgraph.runs.tune_space import parse_space
+from funcgraph.runs.tune_study import origin
 from funcgraph.train.ownership import RunLock
 
 runner = CliRunner()
@@ -77,6 +78,15 @@ def options(tmp_path: Path, **kw: object) -> TuneOptions:
      '"model.hidden" = { low = -2, high = 8 }', "model.hidden = -2 is refused"),
     ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[fixed]\n"model.hiddn" = 8\n[space]\n'
      'inner_lr = { low = 0.1, high = 1.0 }', "[fixed] the model values is refused"),
+    ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[space]\n'
+     '"model.in_features" = { choices = [1] }\n"model.hiddn" = { choices = [8, 16] }',
+     "[space] model.hiddn = 8 is refused"),
+    ('[space]\nimaml_lambda = { low = 0.1, high = 2.0 }',
+     "[space] imaml_lambda: maml has no imaml_lambda setting (it is imaml's)"),
+    ('[space]\nfirst_order_fraction = { low = 0.0, high = 0.5 }',
+     "[space] first_order_fraction: maml has no first_order_until setting (it is mamlpp's)"),
+    ('[fixed]\nimaml_lambda = 1.0\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "[fixed] imaml_lambda: maml has no imaml_lambda setting"),
 ])
 def test_a_bad_space_is_one_line_before_anything_runs(tmp_path: Path, space: str,
                                                       expected: str) -> None:
@@ -121,6 +131,7 @@ def test_a_trial_over_the_cpu_cap_is_pruned_with_that_reason(tmp_path: Path) -> 
     (trial,) = study.trials
     assert trial.state.name == "PRUNED" and "over the CPU cap" in trial.user_attrs["pruned"]
     assert "over the CPU cap" in lines[0], lines
+    assert " projects " in lines[0] and "to step 4, over --trial-cpu-s 1e-06" in lines[0], lines
 
 
 def test_a_second_tune_on_a_held_study_is_refused(tmp_path: Path) -> None:
@@ -146,6 +157,33 @@ def test_a_changed_space_is_a_new_study(tmp_path: Path) -> None:
         tune(options(tmp_path, trials=2, fixed="inner_steps_eval = 2"))
 
 
+def test_an_option_name_is_a_setting_name_in_a_space() -> None:
+    space = parse_space({"study": {"algo": "maml", "dataset": "sinusoid"},
+                         "fixed": {"episodes": 7},
+                         "space": {"inner_lr": {"low": 0.01, "high": 0.1}}})
+    assert space.fixed == {"test_episodes": 7} and space.config({}).test_episodes == 7
+
+
+def test_any_exception_fails_one_trial_with_its_reason(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tune_objective.meta_train
+    calls: list[int] = []
+
+    def broken_once(cfg, out, **kw):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)")
+        return real(cfg, out, **kw)
+
+    monkeypatch.setattr(tune_objective, "meta_train", broken_once)
+    lines: list[str] = []
+    study = tune(options(tmp_path, trials=2), echo=lines.append)
+    assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]
+    assert study.trials[0].user_attrs["failure"] == (
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)")
+    assert "trial 0: failed (RuntimeError: mat1 and mat2" in lines[0], lines
+
+
 def test_a_diverged_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path: Path) -> None:
     huge = parse_space({"study": {"algo": "maml", "dataset": "sinusoid"},
                         "fixed": {"steps": 4, "validate_every": 2, "val_episodes": 4,
@@ -165,8 +203,12 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
     def interrupted_once(cfg, out, **kw):  # type: ignore[no-untyped-def]
         calls.append(kw["resume"])
         if len(calls) == 1:
+            report = kw["on_validation"]
+
             def stop(step: int, figures: object) -> None:
-                raise KeyboardInterrupt
+                if step == 4:
+                    raise KeyboardInterrupt
+                report(step, figures)
             kw["on_validation"] = stop
         return real(cfg, out, **kw)
 
@@ -178,9 +220,14 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
     study = tune(opts, echo=lines.append)
     first, retry = study.trials
     assert first.state.name == "FAIL" and first.user_attrs["interrupted"]
-    assert retry.state.name == "COMPLETE" and retry.user_attrs["retry_of"] == 0
+    assert retry.state.name == "COMPLETE" and origin(retry) == 0
     assert retry.params == first.params and calls == [False, True]
     assert any("retrying interrupted trial(s) 0" in line for line in lines), lines
+    assert any(line.startswith("trial 1 (retry of trial 0, in trials/trial-0000): mse")
+               for line in lines), lines
+    rows = {r.number: r for r in trial_rows(study)}
+    assert rows[0].reason == "interrupted; retried as trial 1" and rows[0].step == 2, rows
+    assert rows[1].reason == "retry of trial 0" and rows[1].run_dir == "trials/trial-0000"
     records = [json.loads(x) for x in
                (opts.study_dir / "trials" / "trial-0000" / "metrics.jsonl").read_text()
                .splitlines()]
@@ -197,19 +244,23 @@ def test_two_workers_share_one_study(tmp_path: Path) -> None:
     assert len({t.params["inner_lr"] for t in finished}) == len(finished), "distinct draws"
 
 
-def test_show_prints_80_columns_and_a_command_meta_train_accepts(tmp_path: Path) -> None:
+def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path: Path) -> None:
+    import shlex
+
+    from funcgraph.runs.tune_objective import best_validation
+
     opts = options(tmp_path, trials=3)
     study = tune(opts, echo=lambda _: None)
-    text = table(trial_rows(study), percent=False)
+    text = table(trial_rows(study), "mse")
     assert max(len(line) for line in text.splitlines()) <= 80, text
     command = best_command(study, opts.space)
     assert command is not None and command.startswith("funcgraph meta-train --algo maml")
-    args = command.split()[1:] + ["--dry-run"]
-    result = runner.invoke(app, args)
+    best = study.best_trial
+    assert repr(best.params["inner_lr"]) in command, "the exact value, not a rounding"
+    out = tmp_path / "again"
+    result = runner.invoke(app, [*shlex.split(command)[1:], "--threads", "1", "--out", str(out)])
     assert result.exit_code == 0, (command, result.output)
-    shown = json.loads(result.output[:result.output.rindex("}") + 1])
-    best = max(study.trials, key=lambda t: -t.value if t.value is not None else -1e9)
-    assert shown["inner_lr"] == pytest.approx(best.params["inner_lr"], rel=1e-3)
+    assert best_validation(out, "mse") == best.value, "the printed command is the trial"
     result = runner.invoke(app, ["tune", "show", str(opts.study_dir), "--json"])
     assert result.exit_code == 0, result.output
     for name in ("history.png", "cost.png"):
@@ -260,7 +311,7 @@ def test_show_and_confirm_refuse_what_is_not_a_study_in_one_line(tmp_path: Path)
         assert result.exit_code == 2 and "not a study directory" in result.output, result.output
     (tmp_path / "space.toml").write_text(space_file(tmp_path).read_text())
     result = runner.invoke(app, ["tune", "show", str(tmp_path)])
-    assert result.exit_code == 2 and "holds no study yet" in result.output, result.output
+    assert result.exit_code == 2 and "its storage holds no study" in result.output, result.output
     result = runner.invoke(app, ["tune", "confirm", str(tmp_path), "--dataset", "sinusoid",
                                  "--against", "bogus"])
     assert result.exit_code == 2 and "--against bogus: not a registered" in result.output
@@ -268,7 +319,7 @@ def test_show_and_confirm_refuse_what_is_not_a_study_in_one_line(tmp_path: Path)
 
 @pytest.mark.parametrize(("args", "expected"), [
     (["--pruner", "foo"], "--pruner must be one of hyperband, halving, median, none"),
-    (["--cpu-hours", "0"], "cpu_hours must be a finite number > 0, got 0.0"),
+    (["--cpu-hours", "0"], "--cpu-hours must be a number above 0 (a budget of 0 runs nothing"),
     (["--storage", "bogus://x"], "--storage bogus://x: NoSuchModuleError"),
 ])
 def test_bad_run_options_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -327,6 +378,6 @@ def test_the_importance_plot_is_drawn_once_two_trials_differ(tmp_path: Path) -> 
     from funcgraph.runs.tune_report import write_plots
 
     opts = options(tmp_path, trials=3, pruner="none")
-    written = write_plots(tune(opts, echo=lambda _: None), tmp_path / "plots")
+    written = write_plots(tune(opts, echo=lambda _: None), tmp_path / "plots", "mse")
     assert {p.name for p in written} == {"history.png", "importance.png", "cost.png"}
     assert all(p.stat().st_size > 1000 for p in written)

@@ -36,7 +36,12 @@ StorageOption = Annotated[str | None, typer.Option(
     rich_help_panel=RUN_PANEL,
     help="The study's Optuna storage, if not STUDY/study.db (one process at a time): an RDB "
          "URL (postgresql://..., mysql://...) that processes on several machines share, or "
-         "journal:PATH (a journal file on a shared filesystem).")]
+         "journal:PATH (a journal file on a shared filesystem). The study directory "
+         "remembers it (STUDY/study.json): later commands need not repeat it.")]
+StudyNameOption = Annotated[str | None, typer.Option(
+    rich_help_panel=RUN_PANEL,
+    help="The study's name in its storage (default: the study directory's name; the "
+         "directory remembers it).")]
 
 
 def _echo(line: str) -> None:
@@ -51,6 +56,7 @@ def run(
         "--study", rich_help_panel=RUN_PANEL,
         help="The study directory; the same command again resumes the study.")],
     storage: StorageOption = None,
+    study_name: StudyNameOption = None,
     workers: Annotated[int, typer.Option(
         min=1, max=256, rich_help_panel=DEVICES_PANEL,
         help="Local worker processes on the study (the cores are divided between them).")
@@ -62,8 +68,9 @@ def run(
         min=1.0, rich_help_panel=BUDGET_PANEL,
         help="Stop starting trials after this many wall seconds.")] = None,
     cpu_hours: Annotated[float | None, typer.Option(
-        min=0.0, rich_help_panel=BUDGET_PANEL,
-        help="Stop once the study's trials have used this many CPU hours in all.")] = None,
+        rich_help_panel=BUDGET_PANEL,
+        help="Stop once the study's trials have used this many CPU hours in all (> 0).")
+    ] = None,
     trial_cpu_s: Annotated[float | None, typer.Option(
         min=1.0, rich_help_panel=BUDGET_PANEL,
         help="Prune a trial whose CPU seconds, projected to its last step, pass this cap.")
@@ -75,6 +82,11 @@ def run(
     seed: Annotated[int, typer.Option(
         min=0, max=2**31 - 1, rich_help_panel=SEARCH_PANEL,
         help="Seed of the TPE sampler (worker i uses seed + i).")] = 0,
+    heartbeat_s: Annotated[int, typer.Option(
+        min=1, max=86_400, rich_help_panel=RUN_PANEL,
+        help="With an RDB storage, each running trial beats this often; a trial silent for "
+             "5 beats (its worker was killed) is failed and retried by the next worker to "
+             "start a trial.")] = 60,
     device: DeviceOption = "cpu",
     threads: ThreadsOption = 0,
     import_: ImportOption = None,
@@ -89,8 +101,9 @@ def run(
 
     stop_on_sigterm()
     start_run(threads=threads, imports=import_, tensorboard=False, resume=False, out=None)
-    opts = TuneOptions(load_space(space), study, storage=storage, workers=workers,
-                       threads=threads, trials=trials, timeout_s=timeout, cpu_hours=cpu_hours,
+    opts = TuneOptions(load_space(space), study, storage=storage, study_name=study_name,
+                       workers=workers, heartbeat_s=heartbeat_s, threads=threads,
+                       trials=trials, timeout_s=timeout, cpu_hours=cpu_hours,
                        trial_cpu_s=trial_cpu_s, seed=seed, pruner=pruner, device=device,
                        imports=tuple(import_ or ()))
     done = tune(opts, echo=_echo)
@@ -113,29 +126,22 @@ def show(
     """
     import json
 
-    from ..runs.tune_report import (
-        best_command,
-        best_trial,
-        maximized,
-        shown,
-        table,
-        trial_rows,
-        write_plots,
-    )
+    from ..runs.tune_report import best_command, best_trial, table, trial_rows, write_plots
+    from ..runs.tune_study import metric_of, shown_value
 
     space, opened = _open(study, storage)
+    metric = metric_of(space)
     rows = trial_rows(opened)
-    console.print(table(rows, percent=maximized(opened)), highlight=False, markup=False,
-                  end="")
+    console.print(table(rows, metric), highlight=False, markup=False, end="")
     best = best_trial(opened)
     command = best_command(opened, space)
     if best is None:
         _echo("best: none yet (no complete trial)")
     else:
-        _echo(f"best: trial {best.number}, validation {shown(best.value, opened)}")
+        _echo(f"best: trial {best.number}, validation {shown_value(best.value, metric)}")
         _echo(f"  {command}")
     if plots and rows:
-        for path in write_plots(opened, study / "plots"):
+        for path in write_plots(opened, study / "plots", metric):
             _echo(f"plot: {path}")
     if json_lines:
         for row in rows:
@@ -170,6 +176,14 @@ def confirm(
              "(empty: none).")] = "protonet,maml",
     image_size: Annotated[int | None, typer.Option(
         min=8, max=512, help="Resize the confirmation images to this size.")] = None,
+    steps: Annotated[int | None, typer.Option(
+        min=1, max=10_000_000,
+        help="Meta-train steps of the --against algorithms (default: each one's own; the "
+             "tuned settings keep the trial's).")] = None,
+    episodes: Annotated[int | None, typer.Option(
+        min=1, max=100_000,
+        help="Held-out test tasks of every confirmation run (default: meta-train's).")
+    ] = None,
     storage: StorageOption = None,
     device: DeviceOption = "cpu",
     threads: ThreadsOption = 0,
@@ -202,7 +216,8 @@ def confirm(
             raise ConfigError(f"--against {name}: {str(e).split(': ', 1)[-1]}") from None
     space, opened = _open(study, storage)
     results = run_confirm(opened, space, study, dataset, image_size=image_size,
-                          seeds=seed_list, against=names, device=device, echo=_echo)
+                          seeds=seed_list, against=names, baseline_steps=steps,
+                          episodes=episodes, device=device, echo=_echo)
     for r in results:
         print(json.dumps(r.as_record(), sort_keys=True))
     for s in summary(results):

@@ -57,6 +57,7 @@ from .meta_plan import (
     build_learner,
     check_fit,
     default_model_config,
+    eval_strategy,
     init_params,
     model_config,
     plan_meta_train,
@@ -226,6 +227,7 @@ def meta_train(
     on_validation: Callable[[int, Mapping[str, float]], object] | None = None,
     on_step: Callable[[int], object] | None = None,
     score_test: bool = True,
+    label: str = "",
 ) -> MetaTrainResult:
     """Meta-train per ``cfg`` into the run directory ``out``; see the module docstring.
 
@@ -234,6 +236,7 @@ def meta_train(
         resume: continue the run in ``out`` from its ``last`` checkpoint (only ``steps`` may
             differ from the stored config).
         echo: where one-line summaries go.
+        label: put before each step line the loop prints (``[trial 3] ``).
         env: this process's place in a data-parallel job (``distributed.init()``): each rank
             meta-trains on its slice of every meta-batch and one all-reduce averages the
             gradients; rank 0 alone validates, writes and tests. Every ``sync_every`` steps a
@@ -281,16 +284,13 @@ def meta_train(
             strategy = resolve_strategy(cfg.strategy, dev,
                                         examples_per_task=task_size(sources.train),
                                         probe=lambda s: step_fn(start, groups, s))
-        # Evaluation tasks are usually larger (15 queries per class): their own measured
-        # default.
-        eval_strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto",
-                                         dev, examples_per_task=task_size(sources.val))
+        test_strategy = eval_strategy(cfg, sources, dev)
         metric_name = learner.objective.metric_name
 
         def validate(step: int, groups: Groups) -> dict[str, float]:
             scorer = evaluation_learner(cfg, learner, groups["params"], sources, dev)
             res = evaluate(scorer, groups["params"], sources.val, key=keys.val,
-                           episodes=cfg.val_episodes, strategy=eval_strategy, device=dev,
+                           episodes=cfg.val_episodes, strategy=test_strategy, device=dev,
                            precision=cfg.precision)
             return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
@@ -302,7 +302,7 @@ def meta_train(
             write=env.is_main, description=f"meta-train {cfg.algo}",
             meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
             divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
-            first_step=f"sampling {cfg.meta_batch:,} tasks, warming up",
+            first_step=f"sampling {cfg.meta_batch:,} tasks, warming up", label=label,
         )
 
         def after_validation(step: int, figures: Mapping[str, float]) -> None:
@@ -326,7 +326,7 @@ def meta_train(
         final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
         test = evaluate(evaluation_learner(cfg, learner, final, sources, dev), final,
                         sources.test, key=keys.test, episodes=cfg.test_episodes,
-                        strategy=eval_strategy, device=dev, precision=cfg.precision)
+                        strategy=test_strategy, device=dev, precision=cfg.precision)
         run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
         write_curves(run.path)
         echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
@@ -348,6 +348,7 @@ __all__ = [
     "default_config",
     "default_model_config",
     "estimate_step_seconds",
+    "eval_strategy",
     "evaluation_learner",
     "init_params",
     "meta_train",

@@ -13,11 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import random
 from ..meta import Task, TaskSampler
 from ..random import Key
+
+if TYPE_CHECKING:
+    from .meta_train_config import MetaTrainConfig
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,13 @@ def task_sources(
     return _classification(loaded, spec, train_queries, rotate)
 
 
+def sources_for(cfg: MetaTrainConfig) -> TaskSources:
+    """The task sources a ``meta-train`` config runs on: :func:`task_sources` of its data
+    set, task spec, training queries, data root, rotation and image size."""
+    return task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
+                        data_root=cfg.data_root, rotate=cfg.rotate, image_size=cfg.image_size)
+
+
 def _regression(dataset: str, sample_tasks: Callable[..., Any], spec: str) -> TaskSources:
     """Independent task streams per split: the key folded with 0, 1, 2."""
     from ..data.tasks import regression_spec
@@ -103,4 +113,4 @@ def _regression(dataset: str, sample_tasks: Callable[..., Any], spec: str) -> Ta
     return TaskSources("regression", stream(0), stream(1), stream(2), 1, 1, 1)
 
 
-__all__ = ["TaskSources", "task_sources"]
+__all__ = ["TaskSources", "sources_for", "task_sources"]

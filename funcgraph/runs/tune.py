@@ -7,6 +7,7 @@ looked at), the budget (trials, wall seconds, CPU hours, a CPU cap per trial), a
 directory::
 
     STUDY/space.toml        the space the study was started with (a later start must match)
+    STUDY/study.json        the study's name and storage (tune show and confirm read it)
     STUDY/study.db          the SQLite study store (unless --storage names another)
     STUDY/trials/trial-0007 trial 7's run directory: config, metrics, checkpoints, curves
 
@@ -31,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, FuncgraphError, RunDirectoryError
+from ..errors import ConfigError, RunDirectoryError
 from ..files import atomic_write
 from ..plugins import import_plugins
 from ..train.ownership import RunLock
@@ -68,8 +69,10 @@ def run_worker(opts: TuneOptions, worker: int, echo: Echo = print) -> None:
 
     if _spent(study, opts):
         return
+    # Any exception a trial raises fails that trial with its reason (the objective records
+    # it) and the study goes on; Ctrl-C is not an Exception and stops the worker.
     study.optimize(Objective(opts, echo, worker), timeout=opts.timeout_s, callbacks=[after],
-                   catch=(FuncgraphError,), gc_after_trial=True)
+                   catch=(Exception,), gc_after_trial=True)
 
 
 def _spent(study: Any, opts: TuneOptions) -> bool:

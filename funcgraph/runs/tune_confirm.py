@@ -24,9 +24,10 @@ from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
 from .meta_train_config import MetaTrainConfig, default_config
-from .task_sources import task_sources
+from .task_sources import sources_for
 from .tune_report import best_trial, command_line
 from .tune_space import SearchSpace
+from .tune_study import dataset_metric, metric_of
 
 CONFIRM_DIR = "confirm"
 
@@ -53,18 +54,29 @@ class ConfirmRun:
 
 def confirm_configs(space: SearchSpace, params: dict[str, Any], dataset: str, *,
                     image_size: int | None, seeds: list[int], against: list[str],
-                    label: str = "tuned") -> list[tuple[str, MetaTrainConfig, dict[str, str]]]:
+                    label: str = "tuned", baseline_steps: int | None = None,
+                    episodes: int | None = None
+                    ) -> list[tuple[str, MetaTrainConfig, dict[str, str]]]:
     """``(name, config, model overrides)`` of every confirmation run: the tuned settings on
-    ``dataset`` and each ``against`` algorithm's defaults there, for every seed."""
+    ``dataset`` and each ``against`` algorithm's defaults there (``baseline_steps`` steps,
+    where given), for every seed; ``episodes`` test tasks each (default: meta-train's)."""
     study = {**space.study, "dataset": dataset, "image_size": image_size}
     tuned = replace(space, study={k: v for k, v in study.items() if v is not None})
+    test: dict[str, Any] = {"test_episodes": episodes} if episodes is not None else {}
     runs = []
     for seed in seeds:
-        runs.append((label, tuned.config(params, seed=seed), tuned.model_overrides(params)))
+        cfg = tuned.config(params, seed=seed)
+        runs.append((label, replace(cfg, **test), tuned.model_overrides(params)))
         for algo in against:
             runs.append((algo, default_config(algo, dataset, tasks=space.study.get("tasks"),
-                                              image_size=image_size, seed=seed), {}))
+                                              image_size=image_size, seed=seed,
+                                              steps=baseline_steps, **test), {}))
     return runs
+
+
+def tuned_on(space: SearchSpace, dataset: str, image_size: int | None) -> bool:
+    """Whether ``dataset`` (at ``image_size``) is the data set the study tuned on."""
+    return dataset == space.study["dataset"] and image_size == space.study.get("image_size")
 
 
 def _test_of(run_dir: Path) -> dict[str, Any] | None:
@@ -105,26 +117,35 @@ def _add_cpu(study_dir: Path, name: str, seconds: float) -> None:
 
 def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
             image_size: int | None = None, seeds: list[int], against: list[str],
+            baseline_steps: int | None = None, episodes: int | None = None,
             device: str = "cpu", echo: Callable[[str], object] = print) -> list[ConfirmRun]:
-    """Run (or read back) every confirmation run; see the module docstring."""
+    """Run (or read back) every confirmation run; see the module docstring. A warning line
+    says so when ``dataset`` is the one the study tuned on (its figures then confirm
+    nothing)."""
     best = best_trial(study)
     if best is None:
         raise ConfigError(f"{study_dir}: no complete trial yet; run the study first")
     if not seeds:
         raise ConfigError("tune confirm: --seeds needs at least one seed, e.g. 0,1,2")
+    if dataset_metric(dataset) != metric_of(space):
+        raise ConfigError(f"--dataset {dataset}: the study tuned on {space.study['dataset']}, "
+                          "a data set of another kind; confirm on one of the same kind")
+    if tuned_on(space, dataset, image_size):
+        echo(f"warning: --dataset {dataset} is the data set the study tuned on; a "
+             "confirmation belongs on one it never saw")
     results = []
     for name, cfg, overrides in confirm_configs(space, best.params, dataset,
                                                 image_size=image_size, seeds=seeds,
                                                 against=against,
-                                                label=f"trial{best.number}"):
+                                                label=f"trial{best.number}",
+                                                baseline_steps=baseline_steps,
+                                                episodes=episodes):
         out = study_dir / CONFIRM_DIR / f"{name}-{dataset}-s{cfg.seed}"
         command = command_line(cfg, overrides)
         _check_same_run(out, cfg, overrides)
         done = _test_of(out)
         if done is None:
-            sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                                   data_root=cfg.data_root, rotate=cfg.rotate,
-                                   image_size=cfg.image_size)
+            sources = sources_for(cfg)
             cfg = replace(cfg, model=model_config(cfg.algo, sources, overrides=overrides))
             started = time.process_time()
             echo(f"confirm {name} seed {cfg.seed}: {command}")
@@ -136,7 +157,7 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
             done = _test_of(out)
             assert done is not None
         cpu = _cpu(study_dir).get(out.name, 0.0)
-        metric = "acc" if "acc" in done else "mse"
+        metric = dataset_metric(dataset)
         results.append(ConfirmRun(name, cfg.seed, command, out, metric, float(done[metric]),
                                   float(done[f"{metric}_ci95"]), cpu))
     return results
@@ -157,4 +178,4 @@ def summary(results: list[ConfirmRun]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CONFIRM_DIR", "ConfirmRun", "confirm", "confirm_configs", "summary"]
+__all__ = ["CONFIRM_DIR", "ConfirmRun", "confirm", "confirm_configs", "summary", "tuned_on"]

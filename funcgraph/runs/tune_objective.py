@@ -14,8 +14,17 @@ from ..plugins import import_recorded
 from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
-from .task_sources import TaskSources, task_sources
-from .tune_study import CAP_CHECK_STEPS, TRIALS_DIR, Echo, TuneOptions, metric_of
+from .task_sources import TaskSources, sources_for
+from .tune_study import (
+    CAP_CHECK_STEPS,
+    TRIALS_DIR,
+    Echo,
+    TuneOptions,
+    metric_of,
+    origin,
+    shown_setting,
+    shown_value,
+)
 
 
 def trial_dir(study_dir: Path, number: int) -> Path:
@@ -52,10 +61,7 @@ class Objective:
         key = (cfg.dataset, cfg.tasks, cfg.train_queries, cfg.data_root, cfg.rotate,
                cfg.image_size)
         if key not in self._sources:
-            self._sources[key] = task_sources(cfg.dataset, spec=cfg.tasks,
-                                              train_queries=cfg.train_queries,
-                                              data_root=cfg.data_root, rotate=cfg.rotate,
-                                              image_size=cfg.image_size)
+            self._sources[key] = sources_for(cfg)
         return self._sources[key]
 
     def __call__(self, trial: Any) -> float:
@@ -63,12 +69,26 @@ class Objective:
 
         space = self.opts.space
         drawn = {k.name: draw(trial, k) for k in space.knobs}
-        origin = int(trial.user_attrs.get("retry_of", trial.number))
-        out = trial_dir(self.opts.study_dir, origin)
+        first = origin(trial.study.get_trials(deepcopy=False)[trial.number])
+        out = trial_dir(self.opts.study_dir, first)
         trial.set_user_attr("run_dir", str(out.relative_to(self.opts.study_dir)))
         trial.set_user_attr("worker", self.worker)
+        trial.set_user_attr("interrupted", False)  # a retry carries its attempt's attributes
+        tag = f"trial {trial.number}" + (f" (retry of {first})" if first != trial.number else "")
+
+        # A worker's echo says which worker; the loop's own step lines need both.
+        label = (f"worker {self.worker}, " if self.opts.workers > 1 else "") + tag
+
+        def echo(line: str) -> None:
+            self.echo(f"[{tag}] {line}")
+
         started = time.process_time()
         try:
+            if first == trial.number and (out / "config.json").is_file():
+                raise ConfigError(f"{out.relative_to(self.opts.study_dir)} holds a run this "
+                                  "study does not know (another study's, or a lost store's); "
+                                  "it is left as it is: move it away or use a new study "
+                                  "directory")
             cfg = space.config(drawn)
             sources = self.sources(cfg)
             cfg = replace(cfg, model=model_config(cfg.algo, sources,
@@ -80,11 +100,15 @@ class Objective:
             def over_cap(step: int) -> None:
                 used, base = time.process_time() - started, begun[0] if begun else 0
                 cap = self.opts.trial_cpu_s
-                if cap is not None and used * (cfg.steps - base) / max(1, step - base) > cap:
-                    raise optuna.TrialPruned(f"over the CPU cap: {used:.0f} CPU s at step "
-                                             f"{step} of {cfg.steps}")
+                projected = used * (cfg.steps - base) / max(1, step - base)
+                if cap is not None and projected > cap:
+                    raise optuna.TrialPruned(
+                        f"over the CPU cap: {used:.0f} CPU s by step {step} projects "
+                        f"{projected:.0f} CPU s to step {cfg.steps}, over --trial-cpu-s "
+                        f"{cap:g}")
 
             def report(step: int, figures: Any) -> None:
+                trial.set_user_attr("validated", step)  # also where no value is reported
                 trial.set_user_attr("cpu_s", round(time.process_time() - started, 2))
                 if metric in figures:
                     trial.report(float(figures[metric]), step)
@@ -100,7 +124,8 @@ class Objective:
 
             meta_train(cfg, out, resume=(out / "config.json").is_file(),
                        device=self.opts.device, sources=sources, show_progress=False,
-                       echo=self.echo, on_validation=report, on_step=early, score_test=False)
+                       echo=echo, label=f"[{label}] ", on_validation=report, on_step=early,
+                       score_test=False)
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
             raise
@@ -131,29 +156,23 @@ def describe(trial: Any, metric: str = "acc") -> str:
     """One line for a finished trial."""
     state = trial.state.name.lower()
     cpu = f"{float(trial.user_attrs.get('cpu_s', 0)):.0f} CPU s"
-    params = " ".join(f"{k}={_short(v)}" for k, v in trial.params.items())
+    params = " ".join(f"{k}={shown_setting(v)}" for k, v in trial.params.items())
+    name = f"trial {trial.number}" + (
+        f" (retry of trial {origin(trial)}, in {trial.user_attrs.get('run_dir')})"
+        if origin(trial) != trial.number else "")
     if state == "complete":
-        head = f"trial {trial.number}: {metric} {_value(trial.value, metric)}"
+        head = f"{name}: {metric} {shown_value(trial.value, metric)}"
     elif state == "pruned":
         steps = max(trial.intermediate_values, default=0)
         last = trial.intermediate_values.get(steps)
         why = trial.user_attrs.get("pruned", f"pruned at step {steps}")
-        head = f"trial {trial.number}: {why}" + (
-            f" ({metric} {_value(last, metric)})" if last is not None else "")
+        head = f"{name}: {why}" + (
+            f" ({metric} {shown_value(last, metric)})" if last is not None else "")
     else:
         reason = trial.user_attrs.get("failure") or (
             "interrupted" if trial.user_attrs.get("interrupted") else "failed")
-        head = f"trial {trial.number}: failed ({reason})"
+        head = f"{name}: failed ({reason})"
     return f"{head}, {cpu}; {params}"
-
-
-def _value(value: float, metric: str) -> str:
-    """A validation figure as shown: accuracy in percent, an error as is."""
-    return f"{100 * value:.2f}%" if metric == "acc" else f"{value:.4g}"
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 __all__ = ["Objective", "best_validation", "describe", "draw", "trial_dir"]

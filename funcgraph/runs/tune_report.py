@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..checks import option
 from .meta_train_config import MetaTrainConfig, default_config
-from .tune_space import SearchSpace
+from .tune_space import OPTION_NAMES, SearchSpace
+from .tune_study import origin, shown_setting, shown_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,9 +33,6 @@ FLAG_OPTIONS: dict[str, tuple[str | None, str | None]] = {
     "inner_minibatches": ("--inner-minibatches", "--inner-full-batch"),
 }
 """``meta-train``'s on and off flags of each boolean config field."""
-
-OPTION_NAMES = {"test_episodes": "--episodes"}
-"""Config fields whose option is not :func:`~funcgraph.checks.option` of the name."""
 
 NOT_OPTIONS = ("algo", "dataset", "model", "checkpoint_every")
 
@@ -59,19 +57,26 @@ class TrialRow:
 
 
 def trial_rows(study: Any) -> list[TrialRow]:
-    """Every trial that ran, in order."""
+    """Every trial that ran, in order; ``step`` is the attempt's last validated step."""
     rows = []
+    retried_as = {origin(t): t.number for t in study.get_trials(deepcopy=False)
+                  if origin(t) != t.number}
     for t in study.get_trials(deepcopy=False):
         if t.state.name == "WAITING":
             continue
-        steps = max(t.intermediate_values, default=0)
+        steps = max(max(t.intermediate_values, default=0), int(t.user_attrs.get("validated", 0)))
+        run_dir = t.user_attrs.get("run_dir")
         reason = t.user_attrs.get("failure") or (
             "interrupted" if t.user_attrs.get("interrupted") else None)
+        if reason == "interrupted" and retried_as.get(origin(t), t.number) > t.number:
+            reason = f"interrupted; retried as trial {retried_as[origin(t)]}"
+        if origin(t) != t.number:
+            reason = f"retry of trial {origin(t)}" + (f"; {reason}" if reason else "")
         if t.state.name == "PRUNED" and "CPU cap" in t.user_attrs.get("pruned", ""):
             reason = "over the CPU cap"
         rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps,
                              float(t.user_attrs.get("cpu_s", 0.0)), dict(t.params),
-                             t.user_attrs.get("run_dir"), reason))
+                             run_dir, reason))
     return rows
 
 
@@ -84,19 +89,10 @@ def best_trial(study: Any) -> Any | None:
         return None
 
 
-def maximized(study: Any) -> bool:
-    """Whether the study maximises (accuracy) rather than minimises (an error)."""
-    return bool(study.direction.name == "MAXIMIZE")
-
-
-def shown(value: float, study: Any) -> str:
-    """A validation figure: accuracy in percent, an error as is."""
-    return f"{100 * value:.2f}%" if maximized(study) else f"{value:.4g}"
-
-
 def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
     """``funcgraph meta-train ...`` that runs ``cfg``: the options that differ from the
-    algorithm's defaults on the dataset, then the model's ``--set`` overrides."""
+    algorithm's defaults on the dataset, then the model's ``--set`` overrides. Floats are
+    written exactly (``repr``), so the command reproduces the trial bit for bit."""
     base = default_config(cfg.algo, cfg.dataset, tasks=cfg.tasks)
     words = ["funcgraph", "meta-train", "--algo", cfg.algo, "--dataset", cfg.dataset]
     for name, value in cfg.to_json().items():
@@ -108,7 +104,7 @@ def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
             if flag is not None:
                 words.append(flag)
             continue
-        words += [OPTION_NAMES.get(name, option(name)), f"{value:.4g}" if
+        words += [OPTION_NAMES.get(name, option(name)), repr(value) if
                   isinstance(value, float) else str(value)]
     for key, value in overrides.items():
         words += ["--set", f"{key}={value}"]
@@ -123,20 +119,19 @@ def best_command(study: Any, space: SearchSpace) -> str | None:
     return command_line(space.config(best.params), space.model_overrides(best.params))
 
 
-def table(rows: list[TrialRow], width: int = 80, percent: bool = True) -> str:
+def table(rows: list[TrialRow], metric: str, width: int = 80) -> str:
     """The trial table as text at ``width`` columns (settings wrap at word boundaries)."""
     from rich.console import Console
     from rich.table import Table
 
     grid = Table(box=None, pad_edge=False, show_edge=False)
-    value_name = "val acc" if percent else "val"
+    value_name = "val acc" if metric == "acc" else f"val {metric}"
     for name, justify in (("#", "right"), ("state", "left"), (value_name, "right"),
                           ("step", "right"), ("CPU s", "right"), ("settings", "left")):
         grid.add_column(name, justify=justify, no_wrap=name != "settings")  # type: ignore[arg-type]
     for r in rows:
-        value = "" if r.value is None else (
-            f"{100 * r.value:.2f}%" if percent else f"{r.value:.4g}")
-        settings = " ".join(f"{k}={_short(v)}" for k, v in r.params.items())
+        value = "" if r.value is None else shown_value(r.value, metric)
+        settings = " ".join(f"{k}={shown_setting(v)}" for k, v in r.params.items())
         if r.reason:
             settings += f" [{r.reason}]"
         grid.add_row(str(r.number), r.state, value, str(r.step), f"{r.cpu_s:.0f}", settings)
@@ -147,11 +142,7 @@ def table(rows: list[TrialRow], width: int = 80, percent: bool = True) -> str:
     return console.export_text()
 
 
-def _short(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def write_plots(study: Any, folder: Path) -> list[Path]:
+def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
     """``history.png``, ``importance.png`` (when two or more trials are complete) and
     ``cost.png`` in ``folder``; returns the files written."""
     import matplotlib
@@ -180,13 +171,13 @@ def write_plots(study: Any, folder: Path) -> list[Path]:
     rows = trial_rows(study)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for state, marker in (("complete", "o"), ("pruned", "x")):
-        scale = 100 if maximized(study) else 1
+        scale = 100 if metric == "acc" else 1
         pts = [(r.cpu_s, scale * last) for r in rows if r.state == state
                for last in [_last(study, r)] if last is not None]
         if pts:
             ax.scatter(*zip(*pts, strict=True), marker=marker, label=state)
     ax.set_xlabel("CPU seconds of the trial")
-    ax.set_ylabel(("validation accuracy (%)" if maximized(study) else "validation error")
+    ax.set_ylabel(("validation accuracy (%)" if metric == "acc" else f"validation {metric}")
                   + " (pruned: at its last report)")
     ax.set_title("accuracy against cost")
     if ax.get_legend_handles_labels()[0]:
@@ -205,5 +196,5 @@ def _last(study: Any, row: TrialRow) -> float | None:
     return None if steps is None else trial.intermediate_values[steps]
 
 
-__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line",
-           "maximized", "shown", "table", "trial_rows", "write_plots"]
+__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line", "table",
+           "trial_rows", "write_plots"]

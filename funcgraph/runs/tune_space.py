@@ -103,6 +103,10 @@ class SearchSpace:
             return cfg
         return default_config(cfg.algo, cfg.dataset, **{**_given(cfg), **fractions})
 
+    def lowest(self) -> dict[str, Value]:
+        """Every knob at its lower end (its first choice)."""
+        return {k.name: k.extremes()[0] for k in self.knobs}
+
     def model_overrides(self, drawn: Mapping[str, Value]) -> dict[str, str]:
         """``--set`` overrides of the model, as text (``{"hidden": "32"}``)."""
         values = {**self.fixed, **drawn}
@@ -131,8 +135,17 @@ def _field_kind(name: str) -> str:
     return "other"
 
 
+OPTION_NAMES = {"test_episodes": "--episodes"}
+"""Config fields whose ``meta-train`` option is not the field's name (a space may use
+either)."""
+
+
 def _normal(name: str) -> str:
-    return name.strip().replace("-", "_")
+    """A config field's name from a space's key: ``inner-lr``, ``inner_lr`` or an option's
+    own name (``episodes`` for ``test_episodes``)."""
+    name = name.strip().replace("-", "_")
+    aliases = {option[2:].replace("-", "_"): field for field, option in OPTION_NAMES.items()}
+    return aliases.get(name, name)
 
 
 def _check_name(name: str, where: str) -> None:
@@ -245,9 +258,36 @@ def check_space(space: SearchSpace) -> None:
             except FuncgraphError as e:
                 raise ConfigError(f"[space] {knob.name} = {value!r} is refused: {e}") from None
     try:
-        space.config({k.name: k.extremes()[0] for k in space.knobs})
+        space.config(space.lowest())
     except FuncgraphError as e:
         raise ConfigError(f"[space]: the knobs' lower ends together are refused: {e}") from None
+    _check_algorithm_has(space)
+
+
+def _settings_of(algo: str) -> set[str]:
+    """The config fields that are settings of algorithm ``algo``."""
+    from ..meta.registry import algorithm_type
+    from .meta_train_config import CONFIG_NAMES
+
+    return {CONFIG_NAMES.get(n, n) for n in algorithm_type(algo).setting_names()} & set(_FIELDS)
+
+
+def _check_algorithm_has(space: SearchSpace) -> None:
+    """Refuse a knob or fixed value that only other algorithms read (``imaml_lambda`` on
+    MAML): its trials would run with the setting dead."""
+    from ..meta.registry import algorithm_names
+
+    algo = space.study["algo"]
+    mine = _settings_of(algo)
+    names = [("[fixed]", n) for n in space.fixed] + [("[space]", k.name) for k in space.knobs]
+    for table, name in names:
+        held = FRACTIONS.get(name, name)
+        owners = [a for a in algorithm_names() if a != algo and held in _settings_of(a)]
+        if owners and held not in mine:
+            whose = ", ".join(owners[:3]) + (", ..." if len(owners) > 3 else "")
+            raise ConfigError(f"{table} {name}: {algo} has no {held} setting (it is "
+                              f"{whose}'s), so the trials would not use it; remove it, or "
+                              "tune an algorithm that has it")
 
 
 def check_model_knobs(space: SearchSpace) -> None:
@@ -261,15 +301,15 @@ def check_model_knobs(space: SearchSpace) -> None:
         return
     from .meta_plan import model_config
     from .resolve import resolve_model
-    from .task_sources import task_sources
+    from .task_sources import sources_for
 
     cfg = space.config({})
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                           data_root=cfg.data_root, rotate=cfg.rotate,
-                           image_size=cfg.image_size)
+    sources = sources_for(cfg)
     low = {k.name: k.extremes()[0] for k in knobs}
-    cases = [(f"[space] {k.name} = {v!r}", {**low, k.name: v}) for k in knobs
-             for v in k.extremes()] or [("[fixed] the model values", {})]
+    cases = [(f"[space] {k.name} = {v!r}", {k.name: v}) for k in knobs
+             for v in k.extremes()]
+    cases += [("[space] the model knobs' lower ends together", low)] if len(knobs) > 1 else []
+    cases = cases or [("[fixed] the model values", {})]
     for where, drawn in cases:
         try:
             resolve_model(model_config(cfg.algo, sources,
@@ -294,5 +334,5 @@ def load_space(path: str | Path) -> SearchSpace:
     return parse_space(data, text)
 
 
-__all__ = ["FRACTIONS", "Knob", "SearchSpace", "check_model_knobs", "check_space", "load_space",
-           "parse_space"]
+__all__ = ["FRACTIONS", "OPTION_NAMES", "Knob", "SearchSpace", "check_model_knobs",
+           "check_space", "load_space", "parse_space"]

@@ -15,14 +15,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from .tune_identity import (
+    STUDY_FILE,
+    StudyRecord,
+    check_identity,
+    check_store,
+    remember,
+    study_record,
+)
 from .tune_space import SearchSpace
 
-STUDY_NAME = "funcgraph"
 SPACE_FILE = "space.toml"
-DB_FILE = "study.db"
 TRIALS_DIR = "trials"
 MAX_RETRIES = 3
-"""Times an interrupted or killed trial is retried before it stays failed."""
+"""Times an interrupted or killed trial is retried (Optuna's ``RetryFailedTrialCallback``)
+before it stays failed."""
 
 CAP_CHECK_STEPS = 10
 """A trial's CPU seconds are projected to its last step after this many steps (and again at
@@ -40,7 +47,10 @@ class TuneOptions:
     Attributes:
         storage: an Optuna storage URL (``postgresql://...``, ``mysql://...``,
             ``sqlite:///...``) or ``journal:PATH`` (a journal file, for processes sharing a
-            filesystem); ``None``: ``STUDY/study.db``.
+            filesystem); ``None``: the one the study directory remembers, else
+            ``STUDY/study.db``.
+        study_name: the study's name in the storage; ``None``: the one the directory
+            remembers, else the directory's name.
         workers: local worker processes on the study; each gets ``threads`` torch threads
             (0: the cores divided between the workers).
         trials: stop once the study holds this many finished trials (complete, pruned or
@@ -52,11 +62,15 @@ class TuneOptions:
         seed: the sampler's seed (worker ``i`` uses ``seed + i``).
         pruner: ``hyperband`` (default), ``halving``, ``median`` or ``none``.
         imports: ``--import`` modules each worker loads (a user's algorithms and datasets).
+        heartbeat_s: with an RDB store, each running trial beats this often; one silent for
+            :data:`GRACE_BEATS` beats (its worker died) is failed and retried by whichever
+            worker starts a trial next.
     """
 
     space: SearchSpace
     study_dir: Path
     storage: str | None = None
+    study_name: str | None = None
     workers: int = 1
     threads: int = 0
     trials: int | None = None
@@ -67,53 +81,84 @@ class TuneOptions:
     pruner: str = "hyperband"
     device: str = "cpu"
     imports: tuple[str, ...] = ()
+    heartbeat_s: int = 60
 
     def __post_init__(self) -> None:
         if self.pruner not in PRUNERS:
             raise ConfigError(f"tune: --pruner must be one of {', '.join(PRUNERS)}, got "
                               f"{self.pruner!r}")
-        for name in ("trials", "timeout_s", "cpu_hours", "trial_cpu_s"):
+        for name, flag in (("trials", "--trials"), ("timeout_s", "--timeout"),
+                           ("cpu_hours", "--cpu-hours"), ("trial_cpu_s", "--trial-cpu-s")):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"tune: {name} must be a finite number > 0, got {value!r}")
+                raise ConfigError(f"tune: {flag} must be a number above 0 (a budget of 0 "
+                                  f"runs nothing; leave the option out for no limit), got "
+                                  f"{value!r}")
         if self.workers < 1:
-            raise ConfigError(f"tune: workers must be >= 1, got {self.workers}")
+            raise ConfigError(f"tune: --workers must be >= 1, got {self.workers}")
+        if self.heartbeat_s < 1:
+            raise ConfigError(f"tune: --heartbeat-s must be >= 1, got {self.heartbeat_s}")
+
+    @property
+    def record(self) -> StudyRecord:
+        """The study's name and storage (:func:`~funcgraph.runs.tune_identity.study_record`)."""
+        return study_record(self.study_dir, name=self.study_name, storage=self.storage)
 
     @property
     def shared(self) -> bool:
-        """Whether the study lives in a store other processes may share (``--storage``)."""
-        return self.storage is not None
+        """Whether the study lives in a store other processes may share (``--storage``, or
+        the one the directory remembers)."""
+        return self.record.storage is not None
 
 
-def storage_url(study_dir: Path, storage: str | None) -> str:
-    """``storage`` or the study directory's SQLite file."""
-    return storage if storage is not None else f"sqlite:///{(study_dir / DB_FILE).resolve()}"
+GRACE_BEATS = 5
+"""Missed heartbeats after which a running trial of an RDB store counts as dead."""
 
-
-def open_storage(url: str, on_stale: Callable[..., None] | None = None) -> Any:
-    """The Optuna storage ``url`` names: a journal file (``journal:PATH``) or an RDB URL;
-    an RDB store gets a heartbeat, so a trial whose process died is failed and retried by
-    ``on_stale``."""
-    import optuna
-
-    if url.startswith("journal:"):
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
-    import inspect
+def retry_callback() -> Any:
+    """Optuna's ``RetryHeartbeatStaleTrialCallback`` (``RetryFailedTrialCallback`` before
+    Optuna 4.9): enqueue a dead or interrupted trial's settings again (at most
+    :data:`MAX_RETRIES` times), marked with the trial it retries."""
     import warnings
 
-    kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    # Optuna 4.9 renamed the stale-trial callback; take whichever this Optuna has.
-    stale = ("heartbeat_stale_trial_callback"
-             if "heartbeat_stale_trial_callback" in inspect.signature(
-                 optuna.storages.RDBStorage).parameters else "failed_trial_callback")
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
+
+
+def origin(trial: Any) -> int:
+    """The number of the first attempt of a ``FrozenTrial``'s settings: its own, or the
+    trial it retries. The run directory is the first attempt's, so a retry resumes its
+    checkpoint."""
+    first = trial.system_attrs.get("failed_trial")  # what the retry callback marks
+    return trial.number if first is None else int(first)
+
+
+def open_storage(url: str, heartbeat_s: int = 60) -> Any:
+    """The Optuna storage ``url`` names: a journal file (``journal:PATH``) or an RDB URL.
+    An RDB store gets Optuna's heartbeat: a trial whose process died is failed after
+    :data:`GRACE_BEATS` silent beats and retried (:func:`retry_callback`). Optuna's journal
+    store has no heartbeat: a killed worker's trial there is retried when the study is next
+    started with the directory's lock (see :func:`recover`)."""
+    import warnings
+
+    import optuna
+
     try:
+        if url.startswith("journal:"):
+            from optuna.storages.journal import JournalFileBackend
+
+            return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
+        kwargs: dict[str, Any] = ({"connect_args": {"timeout": 60}}
+                                  if url.startswith("sqlite") else {})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            heartbeat: dict[str, Any] = {"heartbeat_interval": 60, "grace_period": 300,
-                                         stale: on_stale}
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **heartbeat)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s,
+                grace_period=GRACE_BEATS * heartbeat_s,
+                heartbeat_stale_trial_callback=retry_callback())
     except Exception as e:  # a bad URL, a missing driver, an unreachable server: one line
         raise ConfigError(f"--storage {url}: {type(e).__name__}: {str(e).splitlines()[0]}"
                           ) from None
@@ -124,7 +169,7 @@ def make_pruner(name: str, space: SearchSpace) -> Any:
     median rule after two trials, or none."""
     import optuna
 
-    first = max(1, space.config(_lowest(space)).validate_every)
+    first = max(1, space.config(space.lowest()).validate_every)
     if name == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=first)
     if name == "halving":
@@ -134,56 +179,79 @@ def make_pruner(name: str, space: SearchSpace) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def _lowest(space: SearchSpace) -> dict[str, Any]:
-    return {k.name: k.extremes()[0] for k in space.knobs}
-
-
 def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> Any:
-    """The study in ``opts``' storage, created on first use (``create=False``: refused
-    where there is none, as ``tune show`` and ``tune confirm`` want).
+    """The study of ``opts``' directory in its storage (see :mod:`~funcgraph.runs.tune_identity`:
+    its name, its attributes, a lost store refused), created on first use (``create=False``:
+    refused where there is none, as ``tune show`` and ``tune confirm`` want).
 
-    The sampler's seed is ``seed + worker``, moved on by the trials the study already holds:
-    a resumed study draws new settings instead of repeating the first start's sequence, and
-    the same study state gives the same draws."""
+    The sampler is Optuna's TPE with ``constant_liar`` (parallel workers do not draw the same
+    settings while each other's trials run), seeded ``seed + worker`` moved on by the trials
+    the study already holds: a resumed study draws new settings instead of repeating the first
+    start's sequence, and the same study state gives the same draws."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # trials get one line each from us
-    storage = open_storage(storage_url(opts.study_dir, opts.storage), on_stale=retry_trial)
-
-    if not create and STUDY_NAME not in optuna.get_all_study_names(storage):
-        raise ConfigError(f"{opts.study_dir}: its storage holds no study yet; start one with "
-                          "funcgraph tune run SPACE --study DIR")
+    record = opts.record
+    check_store(opts.study_dir, record)
+    if not create and record.storage is None and not record.db_path.is_file():
+        raise ConfigError(f"{opts.study_dir}: its storage holds no study {record.name!r} (no "
+                          f"{record.db_path.name}); start one with funcgraph tune run SPACE "
+                          "--study DIR")
+    storage = open_storage(record.url, opts.heartbeat_s)
+    try:
+        names = optuna.get_all_study_names(storage)
+    except Exception as e:  # a file that is not a store, an unreachable server
+        raise ConfigError(f"{record.url}: cannot read the study store ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0]})") from None
+    if record.name not in names:
+        started = (opts.study_dir / STUDY_FILE).is_file()
+        if started or not create:
+            holds = f" (it holds {', '.join(map(repr, names))})" if names else ""
+            why = ("though the directory was started on it: an empty or replaced store? "
+                   "Restore it, or start a new study directory" if started else
+                   "start one with funcgraph tune run SPACE --study DIR")
+            raise ConfigError(f"{opts.study_dir}: its storage holds no study "
+                              f"{record.name!r}{holds}; {why}")
 
     def make(sampler: Any) -> Any:
         return optuna.create_study(
-            study_name=STUDY_NAME, storage=storage, direction=direction(opts.space),
+            study_name=record.name, storage=storage, direction=direction(opts.space),
             load_if_exists=True, sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
 
-    held = len(make(optuna.samplers.RandomSampler()).get_trials(deepcopy=False))
-    return make(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held))
+    study = make(optuna.samplers.RandomSampler())
+    check_identity(study, record, opts.space, metric_of(opts.space))
+    remember(opts.study_dir, record)
+    held = len(study.get_trials(deepcopy=False))
+    return make(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held,
+                                           constant_liar=True))
+
+
+def dataset_metric(dataset: str) -> str:
+    """The figure runs on ``dataset`` are scored by: accuracy for classification, mean
+    squared error for regression."""
+    from ..data.registry import dataset_type
+
+    return "acc" if dataset_type(dataset).kind == "classification" else "mse"
 
 
 def metric_of(space: SearchSpace) -> str:
-    """The validation metric trials are chosen on: accuracy for classification, mean squared
-    error for regression."""
-    from ..data.registry import dataset_type
-
-    kind = dataset_type(space.study["dataset"]).kind
-    return "acc" if kind == "classification" else "mse"
+    """The validation metric the study's trials are chosen on."""
+    return dataset_metric(space.study["dataset"])
 
 
 def direction(space: SearchSpace) -> Literal["maximize", "minimize"]:
     return "maximize" if metric_of(space) == "acc" else "minimize"
 
 
-def retry_trial(study: Any, trial: Any) -> None:
-    """Enqueue ``trial``'s settings again, marked as a retry of the trial whose run
-    directory it continues (at most :data:`MAX_RETRIES` times)."""
-    origin = trial.user_attrs.get("retry_of", trial.number)
-    tries = sum(1 for t in study.get_trials(deepcopy=False)
-                if t.user_attrs.get("retry_of") == origin)
-    if tries < MAX_RETRIES:
-        study.enqueue_trial(trial.params, user_attrs={"retry_of": origin})
+def shown_value(value: float, metric: str) -> str:
+    """A figure as every tune line and table shows it: accuracy in percent, an error as is."""
+    return f"{100 * value:.2f}%" if metric == "acc" else f"{value:.4g}"
+
+
+def shown_setting(value: Any) -> str:
+    """A drawn setting as lines and tables show it (4 significant digits; the command lines
+    that reproduce a trial carry the exact value)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def recover(study: Any, *, owned: bool) -> list[int]:
@@ -198,18 +266,22 @@ def recover(study: Any, *, owned: bool) -> list[int]:
             study.tell(t.number, state=TrialState.FAIL)
     attempts: dict[int, Any] = {}
     for t in study.get_trials(deepcopy=False):
-        origin = int(t.user_attrs.get("retry_of", t.number))
-        if origin not in attempts or t.number > attempts[origin].number:
-            attempts[origin] = t
+        first = origin(t)
+        if first not in attempts or t.number > attempts[first].number:
+            attempts[first] = t
     again = [t for t in attempts.values()
              if t.state == TrialState.FAIL and "failure" not in t.user_attrs]
+    retry = retry_callback()
     for t in again:
-        retry_trial(study, t)
+        retry(study, t)
     return [t.number for t in again]
 
 
 def finished(study: Any) -> int:
-    """Trials that count against ``--trials``: complete, pruned, or failed for a reason."""
+    """Trials that count against ``--trials``: complete, pruned, or failed for a reason. An
+    interrupted or killed attempt does not count: its retry does. (Optuna's
+    ``MaxTrialsCallback`` counts by state alone, so it would count the interrupted attempt
+    too, and the same command after a Ctrl-C would stop before retrying it.)"""
     from optuna.trial import TrialState
 
     return sum(1 for t in study.get_trials(deepcopy=False)
@@ -222,6 +294,7 @@ def cpu_seconds(study: Any) -> float:
     return sum(float(t.user_attrs.get("cpu_s", 0.0)) for t in study.get_trials(deepcopy=False))
 
 
-__all__ = ["CAP_CHECK_STEPS", "DB_FILE", "MAX_RETRIES", "PRUNERS", "SPACE_FILE", "STUDY_NAME",
-           "TRIALS_DIR", "TuneOptions", "cpu_seconds", "direction", "finished", "make_pruner",
-           "metric_of", "open_storage", "open_study", "recover", "retry_trial", "storage_url"]
+__all__ = ["CAP_CHECK_STEPS", "GRACE_BEATS", "MAX_RETRIES", "PRUNERS", "SPACE_FILE",
+           "TRIALS_DIR", "TuneOptions", "cpu_seconds", "dataset_metric", "direction", "finished",
+           "make_pruner", "metric_of", "open_storage", "open_study", "origin", "recover",
+           "retry_callback", "shown_setting", "shown_value"]

@@ -42,6 +42,8 @@ class LoopConfig:
         item_name: unit of the rate column.
         show_progress: draw the rich progress bar (rank 0 only in distributed runs).
         write: write metrics and checkpoints (rank 0 only in distributed runs).
+        label: put before each printed step line (``[trial 3] `` in a settings study, where
+            several runs print to one terminal).
         divergence_bound: a loss above it stops the run as diverged
             (:func:`~funcgraph.train.divergence.check_diverged`; default: only NaN and
             infinite losses).
@@ -66,6 +68,7 @@ class LoopConfig:
     divergence_bound: float = math.inf
     rates: dict[str, float] = field(default_factory=dict)
     first_step: str = ""
+    label: str = ""
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:
@@ -159,7 +162,8 @@ def run_loop(
                     val = {k: float(v) for k, v in validate(done, groups).items()}
                     if cfg.write:
                         run.log({"kind": "validation", "step": done, **val})
-                    progress.console.print(f"step {done}: {_fmt(val)}", highlight=False)
+                    progress.console.print(f"{cfg.label}step {done}: {_fmt(val)}", highlight=False,
+                                           markup=False)
                     if cfg.best_metric is not None and cfg.best_metric in val:
                         value = val[cfg.best_metric]
                         better = best_value is None or (
