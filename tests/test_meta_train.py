@@ -178,8 +178,39 @@ def test_sinusoid_meta_train_then_evaluate_from_the_run_directory(tmp_path: Path
                                  "--inner-steps-eval", "2"])
     assert result.exit_code == 0, result.output
     assert "5 tasks" in result.output
-    _, _, res = evaluate_run(out, episodes=3, device="cpu")
+    res = evaluate_run(out, episodes=3, device="cpu").result
     assert res.episodes == 3 and res.metric_name == "mse"
+
+
+def test_evaluate_scores_the_runs_own_test_tasks_and_prints_its_test_line(tmp_path: Path
+                                                                          ) -> None:
+    """With no options that draw tasks, evaluate gives the run's test figure exactly (same
+    keys, task count and checkpoint) and prints the run's line beside it; --seed draws
+    other tasks and says so."""
+    out = tmp_path / "sine"
+    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "3",
+                                 "--meta-batch", "2", "--episodes", "7", "--validate-every",
+                                 "2", "--val-episodes", "3", "--device", "cpu", "--out",
+                                 str(out)])
+    assert result.exit_code == 0, result.output
+    test = [r for r in Run.open(out).metrics() if r["kind"] == "test"][-1]
+    scored = evaluate_run(out, device="cpu")
+    assert scored.checkpoint == test["checkpoint"] == "best"
+    assert scored.result.as_record() == {k: test[k] for k in ("mse", "mse_ci95", "loss",
+                                                             "episodes")}, (scored, test)
+    assert scored.recorded is not None and scored.other_tasks == ()
+    assert scored.recorded.result == scored.result, (scored.recorded, scored.result)
+    cli = runner.invoke(app, ["evaluate", str(out), "--device", "cpu"])
+    assert cli.exit_code == 0, cli.output
+    figure = str(scored.result)
+    assert f"{out} (best checkpoint): {figure}\n" in cli.output, cli.output
+    assert f"the run's own test (best checkpoint, 10shot): {figure}\n" in cli.output, cli.output
+    assert "other tasks" not in cli.output, cli.output
+    other = runner.invoke(app, ["evaluate", str(out), "--device", "cpu", "--seed", "5"])
+    assert other.exit_code == 0, other.output
+    assert "--seed drew other tasks than the run's test" in other.output, other.output
+    assert f": {figure}\n" in other.output.split("the run's own test")[1], other.output
+    assert other.output.splitlines()[0].split(": ")[-1] != figure, "another seed, other tasks"
 
 
 def test_evaluate_rejects_a_directory_without_a_run(tmp_path: Path) -> None:

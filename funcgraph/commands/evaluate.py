@@ -27,10 +27,12 @@ def evaluate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by meta-train.")],
     tasks: Annotated[str | None, typer.Option(
         rich_help_panel=EVALUATION_PANEL,
-        help="Task spec to evaluate on (default: the run's), e.g. 5way1shot15query.")] = None,
-    episodes: Annotated[int, typer.Option(
+        help="Task spec to evaluate on, e.g. 5way1shot15query (default: the run's; another "
+             "draws other tasks).")] = None,
+    episodes: Annotated[int | None, typer.Option(
         rich_help_panel=EVALUATION_PANEL,
-        min=1, max=100_000, help="Held-out tasks to average over.")] = 600,
+        min=1, max=100_000, help="Held-out tasks to average over (default: the run's test "
+                                 "count; another count draws other tasks).")] = None,
     inner_steps_eval: Annotated[int | None, typer.Option(
         rich_help_panel=EVALUATION_PANEL,
         min=0, max=1000, help="Inner steps on each support set (default: the run's).")] = None,
@@ -47,9 +49,14 @@ def evaluate(
     import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
         rich_help_panel=EVALUATION_PANEL,
-        min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's).")] = None,
+        min=0, max=2**31 - 1, help="Seed of the test tasks (default: the run's; another seed "
+                                   "draws other tasks).")] = None,
 ) -> None:
     """Adapt on each held-out task's support set and report query accuracy +- 95% CI.
+
+    By default it scores the run's own test tasks with the checkpoint the run's test used, so
+    on the same machine the figure equals the run's test line, printed again below it;
+    --seed, --episodes and --tasks draw other tasks.
 
     A ProtoNet run holds an embedding, not a classifier: it scores tasks of any way count
     (--tasks 10way1shot on a 5-way run) by their class prototypes. Ctrl-C exits 130.
@@ -64,13 +71,20 @@ def evaluate(
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")
-    run, tag, result = evaluate_run(run_dir, tasks=tasks, episodes=episodes,
-                                    checkpoint=checkpoint, inner_steps_eval=inner_steps_eval,
-                                    bn_running_stats=bn_running_stats, device=device, seed=seed,
-                                    precision=None if precision is None else precision.value)
+    scored = evaluate_run(run_dir, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
+                          inner_steps_eval=inner_steps_eval, bn_running_stats=bn_running_stats,
+                          device=device, seed=seed,
+                          precision=None if precision is None else precision.value)
+    tag = scored.checkpoint
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
-    console.print(f"{run.path} ({tag} checkpoint{fallback}): {result}", highlight=False,
-                  markup=False, soft_wrap=True)
+    lines = [f"{scored.run.path} ({tag} checkpoint{fallback}): {scored.result}"]
+    if scored.recorded is not None:
+        lines.append(f"the run's own {scored.recorded}")
+    if scored.other_tasks:
+        lines.append(f"{', '.join(scored.other_tasks)} drew other tasks than the run's test; "
+                     "leave them out to score the run's own")
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,8 +13,9 @@ drawn (and a key-free model's scores) are exactly those of an evaluation without
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -55,6 +56,13 @@ class EvalResult:
     def as_record(self) -> dict[str, float | int | str]:
         return {self.metric_name: self.mean, f"{self.metric_name}_ci95": self.ci95,
                 "loss": self.loss, "episodes": self.episodes}
+
+    @classmethod
+    def from_record(cls, metric_name: str, record: Mapping[str, Any]) -> EvalResult:
+        """The result that :meth:`as_record` wrote into ``record`` (a run's test line)."""
+        return cls(metric_name, float(record[metric_name]),
+                   float(record[f"{metric_name}_ci95"]), float(record["loss"]),
+                   int(record["episodes"]))
 
 
 def evaluate(

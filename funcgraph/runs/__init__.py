@@ -10,7 +10,7 @@ none: it returns the captured graph). The library below knows nothing of this fl
 above only parses options and renders results.
 """
 
-from .evaluate import evaluate_run
+from .evaluate import RecordedTest, RunEvaluation, evaluate_run
 from .export import export_run
 from .graph import capture_model_graph
 from .meta_train import (
@@ -31,6 +31,8 @@ __all__ = [
     "MetaTrainConfig",
     "MetaTrainResult",
     "ModelSpec",
+    "RecordedTest",
+    "RunEvaluation",
     "SearchResult",
     "TaskSources",
     "TrainConfig",

@@ -1,55 +1,108 @@
-"""What ``funcgraph evaluate`` runs: a meta-training run's checkpoint scored on held-out tasks."""
+"""What ``funcgraph evaluate`` runs: a meta-training run's checkpoint scored on held-out tasks.
+
+By default :func:`evaluate_run` scores the run's own test tasks, as the run's last line did:
+the same keys (:attr:`~funcgraph.runs.meta_plan.RunKeys.test` of the run's seed), the same
+number of tasks, the same checkpoint (``best``, else ``last``), strategy and precision, so on
+the same machine it gives the run's test figure bit for bit. The run's recorded test line comes
+back beside the new figure. Another seed, task count or task spec draws other tasks; another
+checkpoint, inner-step count, statistics or precision scores the same tasks another way.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .. import random
 from ..errors import CheckpointError, ConfigError
-from ..meta import EvalResult, evaluate, resolve_strategy
+from ..meta import EvalResult, evaluate
 from ..placement import resolve_device
 from ..plugins import import_recorded
 from ..precision import resolve_precision
 from ..train import Run
 from .memory import check_task_sizes
+from .meta_plan import RunKeys, eval_strategy
 from .meta_train import (
     MetaTrainConfig,
     build_learner,
     evaluation_learner,
     init_params,
     run_model,
-    task_size,
 )
 from .task_sources import task_sources
+
+
+@dataclass(frozen=True)
+class RecordedTest:
+    """The run's own test line (``metrics.jsonl``): the checkpoint and task spec it scored,
+    and its result."""
+
+    checkpoint: str
+    tasks: str
+    result: EvalResult
+
+    def __str__(self) -> str:  # as the run printed it
+        return f"test ({self.checkpoint} checkpoint, {self.tasks}): {self.result}"
+
+
+@dataclass(frozen=True)
+class RunEvaluation:
+    """What :func:`evaluate_run` scored and the run's own test line to set beside it.
+
+    ``checkpoint`` is the checkpoint scored (``"best"`` falls back to ``"last"`` for a run
+    that never validated); ``recorded`` the run's test (``None`` for a run that was not
+    scored, such as a settings-search trial); ``other_tasks`` names the options that drew
+    other tasks than the run's test (``--seed``, ``--episodes``, ``--tasks``), empty when the
+    tasks are the run's own.
+    """
+
+    run: Run
+    checkpoint: str
+    result: EvalResult
+    recorded: RecordedTest | None
+    other_tasks: tuple[str, ...]
 
 
 def evaluate_run(
     run_dir: str | Path,
     *,
     tasks: str | None = None,
-    episodes: int = 600,
+    episodes: int | None = None,
     checkpoint: str = "best",
     inner_steps_eval: int | None = None,
     bn_running_stats: bool | None = None,
     device: str = "cpu",
     seed: int | None = None,
     precision: str | None = None,
-) -> tuple[Run, str, EvalResult]:
-    """Score the run in ``run_dir`` on held-out tasks (the run's spec unless ``tasks``).
+) -> RunEvaluation:
+    """Score the run in ``run_dir`` on held-out tasks: by default the run's own test tasks.
 
-    ``inner_steps_eval`` and ``bn_running_stats`` (MAML++: score each query on its own with
-    per-step running statistics instead of the query batch's own) override the run's
-    settings; neither changes what was trained. ``precision`` (``float32``, ``bf16`` or
-    ``auto``) overrides the precision the run trained in.
+    Arguments:
+        tasks: another task spec (default: the run's); draws other tasks.
+        episodes: how many tasks (default: the run's test count); another count draws other
+            tasks.
+        seed: the seed the test tasks' keys come from (default: the run's); another seed
+            draws other tasks.
+        checkpoint: ``"best"`` (falls back to ``"last"`` for a run that never validated) or
+            ``"last"``.
+        inner_steps_eval, bn_running_stats: override the run's settings (MAML++'s
+            ``bn_running_stats``: score each query on its own with per-step running
+            statistics instead of the query batch's own); neither changes what was trained.
+        precision: ``float32``, ``bf16`` or ``auto``, overriding the precision the run
+            trained in.
 
-    Returns ``(run, checkpoint tag scored, result)``: ``"best"`` falls back to ``"last"`` for a
-    run that never validated, and the caller says which one it got.
+    Raises:
+        ConfigError: an override the run cannot take (inner steps of a ProtoNet run, a task
+            spec whose way count the model's head does not have).
+        CheckpointError: the run has no checkpoint to score.
     """
     run = Run.open(run_dir)
     import_recorded(run.config, run_dir)
     cfg = MetaTrainConfig.from_json(run.config)
+    own: dict[str, Any] = {"--seed": cfg.seed, "--episodes": cfg.test_episodes,
+                           "--tasks": cfg.tasks}
+    asked = {"--seed": seed, "--episodes": episodes, "--tasks": tasks}
+    other_tasks = tuple(n for n, v in asked.items() if v is not None and v != own[n])
     changes: dict[str, Any] = {}
     if tasks is not None:
         changes["tasks"] = tasks
@@ -64,7 +117,9 @@ def evaluate_run(
     if precision is not None:
         changes["precision"] = resolve_precision(precision, dev)[0]
     cfg = replace(cfg, **changes)
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, data_root=cfg.data_root,
+    # As the run built them: MAML++'s running statistics come from its training tasks.
+    sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
+                           data_root=cfg.data_root, rotate=cfg.rotate,
                            image_size=cfg.image_size)
     model_ways = cfg.model.get("ways")
     if model_ways is not None and model_ways != sources.ways:
@@ -78,15 +133,19 @@ def evaluate_run(
         raise CheckpointError(f"{run.path}: no checkpoint to evaluate (expected checkpoints/"
                               f"{checkpoint}.json)")
     params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
-    key = random.fold_in(random.key(cfg.seed if seed is None else seed), -3)
+    key = RunKeys.of(cfg.seed if seed is None else seed).test
     scorer = evaluation_learner(cfg, learner, params, sources, dev)
-    result = evaluate(scorer, params, sources.test, key=key, episodes=episodes,
-                      strategy=resolve_strategy("auto", dev,
-                                                examples_per_task=task_size(sources.test)),
-                      device=dev, precision=cfg.precision)
+    result = evaluate(scorer, params, sources.test, key=key,
+                      episodes=cfg.test_episodes if episodes is None else episodes,
+                      strategy=eval_strategy(cfg, sources, dev), device=dev,
+                      precision=cfg.precision)
+    metric = learner.objective.metric_name
+    tests = [r for r in run.metrics() if r.get("kind") == "test" and metric in r]
+    recorded = RecordedTest(str(tests[-1]["checkpoint"]), own["--tasks"],
+                            EvalResult.from_record(metric, tests[-1])) if tests else None
     run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
              **result.as_record()})
-    return run, tag, result
+    return RunEvaluation(run, tag, result, recorded, other_tasks)
 
 
-__all__ = ["evaluate_run"]
+__all__ = ["RecordedTest", "RunEvaluation", "evaluate_run"]

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ..meta.evaluate import TaskSampler
 from ..meta.learner import MetaLearner
 from ..meta.registry import algorithm_type
-from ..meta.strategy import examples_per_task, resolve_strategy
+from ..meta.strategy import STRATEGIES, examples_per_task, resolve_strategy
 from ..model import Model, bind
 from ..params import Params, count, nbytes
 from ..placement import placed_model
@@ -157,6 +157,14 @@ def task_size(sample: TaskSampler) -> int:
     return examples_per_task(sample(random.key(0), 1))
 
 
+def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device) -> str:
+    """How validation and the test run their tasks: ``cfg.strategy`` where it names one, else
+    the measured default for the device and the evaluation tasks' size (usually larger than
+    training's: 15 queries per class). ``funcgraph evaluate`` scores a run the same way."""
+    return resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
+                            examples_per_task=task_size(sources.val))
+
+
 def task_bytes(sample: TaskSampler) -> int:
     """Bytes of one task's data (support and query inputs and targets) from ``sample``."""
     return sum(t.numel() * t.element_size() for t in sample(random.key(0), 1))
@@ -207,5 +215,5 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
 
 
 __all__ = ["MetaTrainPlan", "RunKeys", "build_learner", "check_fit", "default_model_config",
-           "init_params", "model_config", "plan_meta_train", "run_model", "running_stats_twin",
-           "task_bytes", "task_size"]
+           "eval_strategy", "init_params", "model_config", "plan_meta_train", "run_model",
+           "running_stats_twin", "task_bytes", "task_size"]
