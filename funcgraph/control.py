@@ -24,6 +24,10 @@ and a branch must be valid (no error, no NaN that a gradient would see) on every
 
 from __future__ import annotations
 
+import linecache
+import os
+import re
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -121,22 +125,95 @@ def cond(
 _VMAP_IF = ("a Python `if` on a tensor value cannot run under vmap; use "
             "funcgraph.cond(pred, true_fn, false_fn, *operands)")
 
+_LOOP = 'or run the tasks in a loop (strategy="loop"; meta-train --strategy loop)'
+
+_VALUE_READERS: tuple[tuple[str, str, str], ...] = (
+    (r"\bone_hot\s*\(", "F.one_hot cannot run under vmap: it reads the labels' values (their "
+     "range; their maximum without a class count)",
+     "build the one-hot by comparison, `(y[..., None] == torch.arange(ways)).float()`, "),
+    (r"\.(item|tolist)\s*\(", ".item() cannot run under vmap: it reads a tensor's value into "
+     "Python", "keep the value a tensor (masks, torch.where, funcgraph.cond), "),
+    (r"\b(nonzero|argwhere|unique|unique_consecutive|masked_select|bincount)\b",
+     "{name} cannot run under vmap: the size of its output depends on the values",
+     "use a mask of fixed shape (torch.where), "),
+    (r"(?<![.\w])(int|float|bool)\s*\(", "{name}() of a tensor cannot run under vmap: it reads "
+     "the tensor's value into Python", "keep the value a tensor (torch.where, funcgraph.cond), "),
+)
+"""Ops that read tensor values, by a pattern of the failing expression: what to say and the
+fix (each also offers the loop). Torch refuses ``F.one_hot`` with the message of a Python
+``if``; the user's line tells them apart."""
+
+_READS_VALUES = ("data-dependent control flow", "calling .item()", "dynamic shape")
+"""Torch's refusals under vmap of what reads tensor values (the same for a Python ``if`` and
+``F.one_hot``; ``.item()`` and ``nonzero`` have their own)."""
+
+_BRANCH = re.compile(r"^\s*(if|elif|while|assert)\b|\b(if|and|or|not)\b")
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_FUNCGRAPH_DIR = os.path.dirname(__file__) + os.sep
+
+
+def _failing_line(error: BaseException) -> tuple[str, str, str] | None:
+    """``("FILE:LINE", source line, failing expression)`` of the frame that ``error`` names:
+    the innermost one under the vmapped function that is neither torch's nor funcgraph's
+    (else the innermost that is not torch's); None when the traceback has no such frame."""
+    frames = traceback.extract_tb(error.__traceback__)
+    entries = [i for i, f in enumerate(frames) if f.filename.endswith(
+        os.path.join("_functorch", "vmap.py"))]
+    inside = frames[entries[-1] + 1:] if entries else frames
+    outside_torch = [f for f in inside if not f.filename.startswith(_TORCH_DIR)]
+    own = [f for f in outside_torch if not f.filename.startswith(_FUNCGRAPH_DIR)]
+    if not (own or outside_torch):
+        return None
+    frame = (own or outside_torch)[-1]
+    line = linecache.getline(frame.filename, frame.lineno or 0).rstrip("\n")
+    segment = line.strip()
+    if (frame.colno is not None and frame.end_colno is not None
+            and frame.end_lineno == frame.lineno):
+        segment = line.encode()[frame.colno:frame.end_colno].decode(errors="replace") or segment
+    return f"{frame.filename}:{frame.lineno}", line, segment
+
+
+def _vmap_message(error: BaseException) -> str:
+    """The first line of :func:`vmap_hint`'s error: what failed, where, and the fix."""
+    found = _failing_line(error)
+    if found is None:
+        return (f"a Python `if` on a tensor value, or an op that reads tensor values (such as "
+                f".item(), F.one_hot, nonzero), cannot run under vmap; use funcgraph.cond(pred, "
+                f"true_fn, false_fn, *operands) for an `if`, {_LOOP}")
+    where, line, segment = found
+    at = f"(at {where}, `{segment}`)"
+    for pattern, what, fix in _VALUE_READERS:
+        if match := re.search(pattern, segment):
+            name = match.group(1) if match.groups() else match.group(0)
+            return f"{what.format(name=name)} {at}; {fix}{_LOOP}"
+    if _BRANCH.search(line):
+        problem, _, fix = _VMAP_IF.partition("; ")
+        return f"{problem} {at}; {fix}"
+    return (f"`{segment}` reads tensor values (as .item(), F.one_hot, nonzero or a Python `if` "
+            f"do), which cannot run under vmap {at}; compute it with tensor ops of fixed shape "
+            f"(masks, torch.where, funcgraph.cond), {_LOOP}")
+
 
 def vmap_hint(error: BaseException) -> TransformError | None:
-    """The error to raise instead of ``error`` when it is torch's refusal of a Python ``if``
-    (``while``, ``bool()``) on a tensor under ``vmap``, or None for any other error.
+    """The error to raise instead of ``error`` when it is torch's refusal, under ``vmap``, of
+    something that reads a tensor's value, or None for any other error.
 
-    Torch's message says what failed but not what to write instead; the returned
-    :class:`TransformError` leads with the line "a Python `if` on a tensor value cannot run
-    under vmap; use funcgraph.cond(pred, true_fn, false_fn, *operands)" and keeps torch's
-    message after a blank line. Funcgraph calls it where it runs user code under a transform
-    (a composite's forward); raise the result ``from error``, so the traceback still shows the
-    user's line.
+    Torch refuses a Python ``if`` (``while``, ``bool()``) on a tensor and an op that reads
+    values (``F.one_hot`` checks its labels' range) with the same message, and ``.item()`` or
+    ``nonzero`` (its output sized by the values) with their own; none names the line or the
+    fix. The returned
+    :class:`TransformError` leads with one line that names the failing op, the user's file,
+    line and expression (the innermost frame under the vmapped function that is neither
+    torch's nor funcgraph's) and what to write instead: ``funcgraph.cond`` for an ``if``,
+    the comparison for ``F.one_hot``, or the loop strategy; torch's message follows after a
+    blank line. Funcgraph calls it where it runs user code under a transform (a composite's
+    forward, the vmap strategy); raise the result ``from error``, so the traceback still shows
+    the user's line.
     """
     message = str(error)
     if (isinstance(error, RuntimeError) and not isinstance(error, FuncgraphError)
-            and message.startswith("vmap:") and "data-dependent control flow" in message):
-        return TransformError(f"{_VMAP_IF}\n\n{message}")
+            and message.startswith("vmap:") and any(text in message for text in _READS_VALUES)):
+        return TransformError(f"{_vmap_message(error)}\n\n{message}")
     return None
 
 

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -48,6 +50,15 @@ def _branchy(pick: str) -> fg.Model:
     return nn.composite("branchy", {"fc": nn.linear(3, 2)}, forward)
 
 
+def _line_of(fn: object, text: str) -> int:
+    """The number of the line of ``fn``'s source that holds ``text``."""
+    lines, start = inspect.getsourcelines(fn)  # type: ignore[arg-type]
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+_BRANCH_LINE = _line_of(_branchy, "if h.sum() > 0")
+
+
 def test_python_if_under_vmap_names_funcgraph_cond() -> None:
     model = nn.serial(_branchy("if"))  # nested: translated once, by the innermost composite
     params, state = model.init(random.key(0))
@@ -56,10 +67,13 @@ def test_python_if_under_vmap_names_funcgraph_cond() -> None:
         torch.func.vmap(lambda row: model.apply(params, state, row)[0])(x)
     message = str(info.value)
     first, blank, *torch_text = message.splitlines()
-    assert first == _VMAP_IF and blank == "", f"first lines:\n{message}"
+    line = _BRANCH_LINE
+    problem, fix = _VMAP_IF.split("; ")
+    assert first == f"{problem} (at {__file__}:{line}, `h.sum() > 0`); {fix}" and blank == "", (
+        f"first lines:\n{message}")
     assert "data-dependent control flow" in "\n".join(torch_text), (
         f"torch's message must follow:\n{message}")
-    assert message.count(_VMAP_IF) == 1, f"translated more than once:\n{message}"
+    assert message.count(problem) == 1, f"translated more than once:\n{message}"
     assert isinstance(info.value, RuntimeError), "still a RuntimeError, like torch's"
     fixed = _branchy("cond")
     fixed_params, _ = fixed.init(random.key(0))
@@ -107,3 +121,85 @@ def test_meta_learning_under_vmap_points_at_cond_for_a_python_if() -> None:
     tasks = Task(x, torch.randn(3, 4, 1), x, torch.randn(3, 4, 1))
     with pytest.raises(TransformError, match="use funcgraph.cond"):
         mean_task_grads(learner.task_grad, {"w": torch.randn(2, 1)}, tasks, strategy="vmap")
+
+
+def _one_hot_learner(ways: int) -> fg.meta.MetaLearner:
+    """A learner of one's own whose loss builds its targets with ``F.one_hot``."""
+    from funcgraph.meta import MetaLearner, objective
+    from funcgraph.meta.learner import task_grad_of
+
+    def task_loss(p: dict[str, Tensor], task: fg.meta.Task) -> tuple[Tensor, Tensor]:
+        logits = task.query_x @ p["w"]
+        targets = torch.nn.functional.one_hot(task.query_y, ways).float()
+        loss = ((logits.softmax(-1) - targets) ** 2).mean()
+        return loss, (logits.argmax(-1) == task.query_y).float().mean()
+
+    return MetaLearner("one-hot", init=lambda p: dict(p), task_grad=task_grad_of(task_loss),
+                       task_eval=task_loss, objective=objective("classification"))
+
+
+_ONE_HOT_LINE = _line_of(_one_hot_learner, "one_hot(task.query_y")
+
+
+def test_one_hot_under_vmap_is_named_with_the_users_line_and_the_fix() -> None:
+    """Torch refuses F.one_hot under vmap with the message of a Python ``if``: funcgraph's
+    first line names F.one_hot, the line that calls it and the comparison (or the loop) to
+    use, and the loop strategy runs the same learner."""
+    from funcgraph.meta import Task, mean_task_grads
+
+    learner = _one_hot_learner(3)
+    k = random.split(random.key(0), 2)
+    labels = torch.arange(3).repeat(2, 1)
+    tasks = Task(random.normal(k[0], (2, 3, 4)), labels, random.normal(k[1], (2, 3, 4)), labels)
+    params = {"w": random.normal(random.key(2), (4, 3))}
+    with pytest.raises(TransformError) as info:
+        mean_task_grads(learner.task_grad, params, tasks, strategy="vmap")
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("F.one_hot cannot run under vmap"), first
+    assert f"(at {__file__}:{_ONE_HOT_LINE}, `torch.nn.functional.one_hot(task.query_y, ways)`)" \
+        in first, first
+    assert "`(y[..., None] == torch.arange(ways)).float()`" in first and 'strategy="loop"' in \
+        first, f"the fix: {first}"
+    assert "Python `if`" not in first and "funcgraph.cond" not in first, first
+    grads, loss, _ = mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
+    assert set(grads) == {"w"} and torch.isfinite(loss), "the loop runs F.one_hot"
+
+
+def test_item_under_vmap_is_named_with_the_users_line() -> None:
+    def f(x: Tensor) -> Tensor:
+        return x * x.sum().item()
+
+    model = nn.composite("c", {}, lambda run, v: f(v))
+    with pytest.raises(TransformError) as info:
+        torch.func.vmap(lambda x: model.apply({}, {}, x)[0])(torch.ones(2, 3))
+    first = str(info.value).splitlines()[0]
+    line = _line_of(f, "x.sum().item()")
+    assert first.startswith(f".item() cannot run under vmap: it reads a tensor's value into "
+                            f"Python (at {__file__}:{line}, `x.sum().item()`); "), first
+
+
+def test_an_op_sized_by_values_under_vmap_is_named() -> None:
+    def f(x: Tensor) -> Tensor:
+        return x.nonzero().sum()
+
+    with pytest.raises(TransformError) as info:
+        mean_task_grads_of(f)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"nonzero cannot run under vmap: the size of its output depends on "
+                            f"the values (at {__file__}:{_line_of(f, 'x.nonzero()')}, "
+                            "`x.nonzero()`)"), first
+
+
+def mean_task_grads_of(f: Callable[[Tensor], Tensor]) -> None:
+    """The vmap strategy over a learner whose loss is ``f`` of the query images."""
+    from funcgraph.meta import MetaLearner, Task, mean_task_grads, objective
+    from funcgraph.meta.learner import task_grad_of
+
+    def task_loss(p: dict[str, Tensor], task: Task) -> tuple[Tensor, Tensor]:
+        loss = (f(task.query_x) * p["w"]).sum()
+        return loss, loss.detach()
+
+    learner = MetaLearner("own", init=lambda p: dict(p), task_grad=task_grad_of(task_loss),
+                          task_eval=task_loss, objective=objective("regression"))
+    x = torch.ones(2, 3, 4)
+    mean_task_grads(learner.task_grad, {"w": torch.ones(())}, Task(x, x, x, x), strategy="vmap")
