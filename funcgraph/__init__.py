@@ -16,11 +16,13 @@ if TYPE_CHECKING:
     from . import debug, factory, meta, models, nas, nn, params, random
     from .control import cond
     from .errors import FuncgraphError
-    from .model import Model, bind, from_module, stateless
+    from .model import Model, bind, stateless
+    from .nn.torch_module import from_module
     from .params import Params, State
 
 CORE = {"cond": "control", "FuncgraphError": "errors", "Model": "model", "bind": "model",
-        "from_module": "model", "stateless": "model", "Params": "params", "State": "params"}
+        "from_module": "nn.torch_module", "stateless": "model", "Params": "params",
+        "State": "params"}
 """Core name -> the module defining it, imported on first use of the name."""
 
 SUBPACKAGES = ("data", "debug", "factory", "meta", "models", "nas", "nn", "params", "random",

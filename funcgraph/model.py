@@ -293,6 +293,11 @@ INIT_MODES = ("reset", "copy")
 def from_module(module: nn.Module, name: str | None = None, *, init: str = "reset") -> Model:
     """A pure Model running ``module`` through ``torch.func.functional_call``.
 
+    This is the exact path for every module. ``funcgraph.from_module``
+    (:func:`funcgraph.nn.torch_module.from_module`, one floor up, since it builds on
+    ``funcgraph.nn``'s layers) is this with a module's CNN chains rewritten onto funcgraph's
+    fused layers; ``fuse=False`` there gives this.
+
     Arguments:
         module: any ``torch.nn.Module`` whose forward takes one input.
         name: the Model's name (default: the module's class name).

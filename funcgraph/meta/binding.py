@@ -9,7 +9,7 @@ the learner is built:
   params, the state and the binding;
 * a :class:`~funcgraph.model.Model` is bound for training by the learner itself
   (:func:`bind_for_training`);
-* an ``nn.Module`` is first converted with :func:`~funcgraph.model.from_module` (its default
+* an ``nn.Module`` is first converted with :func:`funcgraph.from_module` (its default
   ``init="reset"``: params drawn from a key as the module's ``reset_parameters`` would; pass
   ``from_module(module, init="copy")`` to start from the module's own values), then bound
   like a Model, without a ``key`` argument: a converted module ignores keys (its dropout
@@ -40,7 +40,8 @@ from torch import Tensor
 
 from .. import random
 from ..errors import ConfigError
-from ..model import BoundApply, BoundInfo, Model, bind, from_module
+from ..model import BoundApply, BoundInfo, Model, bind
+from ..nn.torch_module import from_module
 from ..params import Params, State
 from ..random import Key
 
