@@ -101,6 +101,57 @@ def test_resume_refuses_changed_options(tmp_path: Path) -> None:
         run_quiet(changed, tmp_path / "run", sources=sources(), resume=True)
 
 
+RESUMED = ["--dataset", "sinusoid", "--algo", "maml", "--meta-batch", "2", "--episodes", "3",
+           "--val-episodes", "2", "--validate-every", "2", "--inner-lr", "0.02", "--seed", "3"]
+"""A run whose options are none of the command's defaults (algorithm, rate, seed...)."""
+
+
+def test_resume_alone_continues_the_run_with_its_recorded_options(tmp_path: Path) -> None:
+    """``meta-train --resume --out RUN`` with no run options continues the run as recorded
+    (the command's defaults are not compared) and ends bit-identical to the run never
+    stopped; an option named beside it is checked as before: --steps may grow, another
+    --inner-lr is refused, named alone."""
+    from dataclasses import replace
+
+    from funcgraph.runs import task_sources
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    result = runner.invoke(app, ["meta-train", *RESUMED, "--steps", "4", "--device", "cpu",
+                                 "--out", str(whole)])
+    assert result.exit_code == 0, result.output
+    cfg = MetaTrainConfig.from_json(Run.open(whole).config)
+    real = task_sources("sinusoid", spec=cfg.tasks)
+    batches = {"n": 0}
+
+    def train(key: torch.Tensor, n: int) -> Task:
+        batches["n"] += n > 1
+        if batches["n"] == 3:  # Ctrl-C during the third meta-step
+            raise KeyboardInterrupt
+        return real.train(key, n)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_quiet(cfg, cut, sources=replace(real, train=train), device="cpu")
+    assert Run.open(cut).load("last")[1]["step"] == 2
+    result = runner.invoke(app, ["meta-train", "--resume", "--out", str(cut), "--device", "cpu"])
+    assert result.exit_code == 0 and "differ" not in result.output, result.output
+    ends = [Run.open(d).load("last")[0]["params"] for d in (whole, cut)]
+    assert ends[0].keys() == ends[1].keys()
+    for name, value in ends[0].items():
+        assert torch.equal(value, ends[1][name]), f"{name} differs after the resume"
+    assert Run.open(cut).config == Run.open(whole).config, "the recorded options, unchanged"
+    result = runner.invoke(app, ["meta-train", "--resume", "--out", str(cut)])
+    assert result.exit_code == 0, f"a finished run resumes to its end:\n{result.output}"
+    result = runner.invoke(app, ["meta-train", "--resume", "--out", str(cut), "--steps", "5",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert Run.open(cut).config["steps"] == 5 and Run.open(cut).load("last")[1]["step"] == 5
+    result = runner.invoke(app, ["meta-train", "--resume", "--out", str(cut), "--inner-lr",
+                                 "0.5"])
+    assert result.exit_code == 2, result.output
+    assert f"options differ from the run in {cut}: inner_lr: 0.02 -> 0.5\n" in result.output, (
+        result.output)
+
+
 def test_remat_run_follows_the_default_run(tmp_path: Path) -> None:
     """The rematerialised meta-gradient trains the same model (equal to rounding)."""
     plain = run_quiet(config(3), tmp_path / "plain", sources=sources())

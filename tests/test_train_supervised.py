@@ -130,12 +130,18 @@ def test_train_resnet_sd_writes_a_run_survives_ctrl_c_and_resumes_bit_identicall
     code, output = _train("--steps", "4", "--out", part, *TINY_RESNET)
     assert code == 130, output
     monkeypatch.setattr(train_run, "train_step", real)
-    code, output = _train("--steps", "4", "--out", part, "--resume", *TINY_RESNET)
-    assert code == 0, output
+    # --resume alone continues with the run's recorded options, not the command's defaults
+    code, output = _train("--resume", "--out", part, "--device", "cpu")
+    assert code == 0 and "differ" not in output, output
     full, resumed = _params(tmp_path / "full"), _params(Path(part))
     assert full.keys() == resumed.keys()
     for n in full:
         assert torch.equal(full[n], resumed[n]), f"{n} differs after resume"
+    code, output = _train("--steps", "4", "--out", part, "--resume", *TINY_RESNET)
+    assert code == 0, f"the run's own options, repeated, are its own:\n{output}"
+    code, output = _train("--resume", "--out", part, "--lr", "0.5")
+    assert code == 2 and f"options differ from the run in {part}: lr: 0.002 -> 0.5\n" in (
+        output), output
 
 
 def test_train_rnn_and_early_exit(tiny_glyphs: None, tmp_path: Path) -> None:

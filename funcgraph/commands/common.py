@@ -218,7 +218,7 @@ ImportOption = Annotated[list[str] | None, typer.Option(
 
 
 def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, resume: bool,
-              out: Path | None) -> None:
+              out: Path | None) -> dict[str, Any] | None:
     """The start every training command (``meta-train``, ``train``, ``search``) shares.
 
     Keep freed activation memory for reuse (:func:`funcgraph.allocator.keep_freed_memory`),
@@ -226,6 +226,10 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     recorded (before any name they register is looked up), refuse ``--tensorboard`` without
     the tensorboard package and ``--resume`` without ``--out``: each mistake exits before data
     or model are built.
+
+    Returns the ``config.json`` of the run that ``--resume`` continues (the command continues
+    it with the recorded options, :func:`resumed_config`), or None for a new run and for a
+    ``--resume`` with no run in ``--out`` (which the run directory refuses).
     """
     from ..allocator import keep_freed_memory
     from ..train.events import require_tensorboard
@@ -241,7 +245,38 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     if resume and out is not None and (out / "config.json").is_file():  # its --import modules
         from ..train import Run
 
-        import_recorded(Run.open(out).config, out)
+        recorded = Run.open(out).config
+        import_recorded(recorded, out)
+        return recorded
+    return None
+
+
+def named_options(ctx: typer.Context) -> frozenset[str]:
+    """The options the user named, on the command line or through their environment variable,
+    by parameter name (``meta_batch``, ``set_``); the others hold the command's defaults."""
+    def source(name: str) -> str:  # by name: typer may bring a click of its own
+        found = ctx.get_parameter_source(name)
+        return "" if found is None else found.name
+
+    return frozenset(n for n in ctx.params if source(n) in ("COMMANDLINE", "ENVIRONMENT"))
+
+
+C = TypeVar("C")
+
+
+def resumed_config(recorded: C, named: frozenset[str], values: dict[str, Any],
+                   fields: dict[str, tuple[str, ...]] | None = None) -> C:
+    """The config a ``--resume`` continues with: ``recorded`` (the run's own, a frozen
+    dataclass), with the fields of the options the user named taken from ``values`` (config
+    field -> the value the options give). An option sets the field of its own name, or the
+    fields ``fields[option]`` lists (``--episodes`` sets ``test_episodes``); options that set
+    no field (``--device``, ``--threads``) change nothing. An option left out keeps the run's
+    value, never the command's default; the run directory then compares the result with the
+    run's config and refuses a change it does not allow, naming only the options given."""
+    from dataclasses import replace
+
+    taken = {f: values[f] for n in named for f in (fields or {}).get(n, (n,)) if f in values}
+    return replace(recorded, **taken)  # type: ignore[type-var]
 
 
 ResumeOption = Annotated[bool, typer.Option(

@@ -28,6 +28,8 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
+    named_options,
+    resumed_config,
     run_dir,
     show_plan,
     start_run,
@@ -61,6 +63,7 @@ class StrategyChoice(StrEnum):
 
 @user_errors
 def meta_train(
+    ctx: typer.Context,
     tasks: Annotated[str | None, typer.Option(
         rich_help_panel=TASKS_PANEL,
         help="Task spec: 5way1shot, 20way5shot, 5way1shot15query (sinusoid: 10shot). "
@@ -214,6 +217,9 @@ def meta_train(
 ) -> None:
     """Meta-train on N-way K-shot tasks, validate, checkpoint, and report held-out accuracy.
 
+    --resume --out RUN continues the run with its recorded options; an option named beside
+    them must match the run's (--steps may grow).
+
     Example: funcgraph meta-train --tasks 5way1shot
     """
     from dataclasses import replace
@@ -222,13 +228,13 @@ def meta_train(
     from ..factory import parse_overrides
     from ..factory.config import parse_value
     from ..placement import resolve_device
-    from ..runs import default_config, meta_train, task_sources
+    from ..runs import MetaTrainConfig, default_config, meta_train, task_sources
     from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
 
-    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
-              out=out)
-    cfg = default_config(
-        algo, dataset, tasks=tasks,
+    recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,
+                         resume=resume, out=out)
+    options = dict(
+        tasks=tasks,
         data_root=str(data_root) if data_root is not None else None, image_size=image_size,
         meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
@@ -249,14 +255,22 @@ def meta_train(
         settings={k: parse_value(v) for k, v in parse_overrides(
             setting or [], option="--setting").items()} or None,
     )
+    named = named_options(ctx)
+    if recorded is None:
+        cfg = default_config(algo, dataset, **options)
+    else:  # the run's own options, and those named here (the run directory checks them)
+        cfg = resumed_config(MetaTrainConfig.from_json(recorded), named,
+                             {"algo": algo, "dataset": dataset, **options},
+                             {"episodes": ("test_episodes",), "setting": ("settings",)})
     overrides = parse_overrides(set_ or [])
     # A run with --nproc re-runs this command under torchrun before any data is built.
     env = None if dry_run else distributed_env(nproc, backend, dist_timeout, device, out)
     sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
                            data_root=cfg.data_root, rotate=cfg.rotate,
                            image_size=cfg.image_size)
-    cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
-                                          overrides=overrides))
+    if recorded is None or named & {"model", "set_"}:
+        cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
+                                              overrides=overrides))
     if env is None:
         dev = resolve_device(device)
         plan = plan_meta_train(cfg, sources, dev, place=place)

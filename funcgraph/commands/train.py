@@ -25,6 +25,8 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
+    named_options,
+    resumed_config,
     run_dir,
     show_plan,
     start_run,
@@ -36,6 +38,7 @@ TRAINING_PANEL = "Training"
 
 @user_errors
 def train(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(
         rich_help_panel=MODEL_PANEL,
         help="resnet-sd (ResNet with stochastic depth, glyphs), early-exit (adaptive CNN, "
@@ -78,22 +81,31 @@ def train(
 ) -> None:
     """Train a classifier, validate it, checkpoint, and print the final validation accuracy.
 
+    --resume --out RUN continues the run with its recorded options; an option named beside
+    them must match the run's (--steps may grow).
+
     Example: funcgraph train --model resnet-sd --set depth=20 --steps 300
     """
+    from dataclasses import asdict
+
     from .. import distributed
     from ..factory import parse_overrides
     from ..placement import resolve_device
-    from ..runs import fit, train_config
+    from ..runs import TrainConfig, fit, train_config
     from ..runs.train import plan_fit
 
-    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
-              out=out)
+    recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,
+                         resume=resume, out=out)
     if genotype is not None and not genotype.is_file():
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
                        lr=lr, seed=seed, validate_every=validate_every,
                        precision="float32" if precision is None else precision.value)
+    if recorded is not None:  # the run's own options, and those named here (checked)
+        network = ("model", "data", "loss")  # --model, --genotype, --set: compared whole
+        cfg = resumed_config(TrainConfig.from_json(recorded), named_options(ctx), asdict(cfg),
+                             {"model": network, "genotype": network, "set_": network})
     if dry_run:
         plan = plan_fit(cfg, resolve_device(device), place=place)
         show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",

@@ -106,6 +106,14 @@ class TrainConfig:
     def to_json(self) -> dict[str, Any]:
         return {"command": "train", **asdict(self)}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """The config a train run recorded (its ``config.json``)."""
+        known = set(cls.__dataclass_fields__)
+        if data.get("command") != "train" or set(data) - known - {"command", "imports"}:
+            raise ConfigError(f"config.json: not a train run (keys {sorted(data)[:8]})")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
 
 def train_config(
     model: str = "resnet-sd",
