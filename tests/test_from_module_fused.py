@@ -46,6 +46,21 @@ class _Blocks(nn.Module):
         return self.head(x.mean((2, 3)))
 
 
+class _ViewByBatchSize(nn.Module):
+    """A custom forward that flattens with ``view(x.size(0), -1)`` (a view of channels-last
+    activations fails: the rewrite runs it as ``reshape``) and ``reshape(x.shape[0], -1)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(1, 18, 3), nn.BatchNorm2d(18)
+        self.head = nn.Linear(18 * 3 * 3, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.max_pool2d(F.relu(self.norm(self.conv(x))), 2)
+        x = x.view(x.size(0), -1)
+        return self.head(x.reshape(x.shape[0], -1))
+
+
 CHAINS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "conv4 twin": (lambda: conv4_module(3, hidden=18, variant="pool", image_size=16),
                    (1, 16, 16)),
@@ -61,6 +76,7 @@ CHAINS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
         nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True), nn.Flatten(),
         nn.Linear(6 * 3 * 3, 4), nn.BatchNorm1d(4, eps=1e-2, momentum=0.5), nn.Tanh(),
         nn.Linear(4, 2)), (4, 5, 5)),
+    "view by batch size": (_ViewByBatchSize, (1, 8, 8)),
     "fully convolutional": (lambda: nn.Sequential(
         nn.Conv2d(1, 18, 3), nn.BatchNorm2d(18), nn.ReLU(), nn.Conv2d(18, 2, 1)), (1, 6, 6)),
 }
@@ -175,6 +191,17 @@ class _Residual(nn.Module):
         return x + self.norm(self.conv(x))
 
 
+class _SizeReadEarly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm, self.head = nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2), nn.Linear(18, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.conv(x)
+        batch = x.size(0)  # a size of one op's output, read by a later op
+        return self.head(self.norm(x).view(batch, -1))
+
+
 class _TensorBranch(nn.Sequential):
     def forward(self, x: Tensor) -> Tensor:
         x = super().forward(x)
@@ -202,6 +229,7 @@ def _conv_bn(**conv: Any) -> Callable[..., nn.Module]:
 
 KEPT: dict[str, tuple[Callable[[], nn.Module], str]] = {
     "skip connection": (_Residual, "used more than once"),
+    "size read by a later op": (_SizeReadEarly, "used more than once"),
     "branch on a tensor": (lambda: _TensorBranch(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2)),
                            "does not trace with torch.fx"),
     "branch on the mode": (lambda: _ModeBranch(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2)),

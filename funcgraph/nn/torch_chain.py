@@ -8,7 +8,8 @@ and a custom forward of calls such as ``F.relu(self.norm(self.conv(x)))`` all tr
 same kind of graph. The graph is accepted only if it is a chain that the trace proves:
 
 * one input, and every op takes the previous op's output as its only tensor (no branch, no
-  skip connection, no parameter read outside a layer, no second input);
+  skip connection, no parameter read outside a layer, no second input); its other arguments
+  are constants or sizes of that tensor (``x.view(x.size(0), -1)``, ``x.shape[0]``);
 * every layer (``call_module``) is one of torch's own modules of the exact types in
   :data:`LAYERS` or :data:`PURE_LEAVES` (a subclass may override ``forward``), and every
   function or method call is in :data:`FUNCTIONS` or :data:`METHODS` with constant arguments;
@@ -27,6 +28,7 @@ when read. Anything refused comes back as a reason, and the module keeps the exa
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,9 +36,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 from torch.fx import Node, symbolic_trace
-from torch.fx.node import map_aggregate
 from torch.nn.modules import module as torch_module
 from torch.nn.utils import parametrize
 
@@ -65,6 +66,17 @@ METHODS = frozenset({"relu", "flatten", "mean", "tanh", "sigmoid", "view", "resh
 
 
 @dataclass(frozen=True)
+class Size:
+    """An argument of an op that is a size of the op's input: ``x.size(dim)`` or
+    ``x.shape[dim]``."""
+
+    dim: int
+
+    def __call__(self, x: Tensor) -> int:
+        return x.size(self.dim)
+
+
+@dataclass(frozen=True)
 class Op:
     """One op of a chain: ``layer`` (a torch module, by its dotted name in the module) or a
     call of ``fn`` (a function, or a method name) as ``fn(x, *args, **kwargs)``."""
@@ -75,6 +87,7 @@ class Op:
     fn: Callable[..., Any] | str | None = None
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    reads_size: bool = False
 
     @property
     def role(self) -> str:
@@ -96,10 +109,13 @@ class Op:
             return F.dropout(x, self.layer.p, train, self.layer.inplace)
         if self.layer is not None:
             return self.layer.forward(x)
+        args, kwargs = self.args, self.kwargs
+        if self.reads_size:
+            args, kwargs = _map((args, kwargs), lambda v: v(x) if isinstance(v, Size) else v)
         if isinstance(self.fn, str):
-            return getattr(x, self.fn)(*self.args, **self.kwargs)
+            return getattr(x, self.fn)(*args, **kwargs)
         assert self.fn is not None
-        return self.fn(x, *self.args, **self.kwargs)
+        return self.fn(x, *args, **kwargs)
 
 
 def _unchangeable(module: nn.Module) -> str | None:
@@ -136,15 +152,45 @@ def _trace(module: nn.Module, train: bool) -> Any:
             m.training = mode
 
 
-def _has_node(value: Any) -> bool:
+def _map(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn`` applied to each leaf of nested tuples, lists and dicts (an op's arguments)."""
+    if isinstance(value, tuple):
+        return tuple(_map(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map(v, fn) for k, v in value.items()}
+    return fn(value)
+
+
+def _nodes(value: Any) -> list[Node]:
     found: list[Node] = []
-    map_aggregate(value, lambda v: found.append(v) if isinstance(v, Node) else v)
-    return bool(found)
+    _map(value, lambda v: found.append(v) if isinstance(v, Node) else v)
+    return found
 
 
-def _op(module: nn.Module, node: Node) -> Op | str:
+def _size(node: Node, previous: Node, sizes: dict[Node, Size | None]) -> Size | None | str:
+    """What ``node`` reads of the shape of ``previous`` (``None``: ``previous.shape``
+    itself, indexed next), or ``""`` if it reads none."""
+    args = node.args
+    if node.op == "call_method" and node.target == "size" and len(args) == 2 and (
+            args[0] is previous and isinstance(args[1], int) and not node.kwargs):
+        return Size(args[1])
+    if node.op == "call_function" and node.target is getattr and args == (previous, "shape"):
+        return None
+    if node.op == "call_function" and node.target is operator.getitem and len(args) == 2 and (
+            isinstance(args[0], Node) and sizes.get(args[0], 0) is None
+            and isinstance(args[1], int)):
+        return Size(args[1])
+    return ""
+
+
+def _op(module: nn.Module, node: Node, sizes: dict[Node, Size | None]) -> Op | str:
     """The op of one traced node whose only tensor is the previous op's, or why not."""
     args, kwargs = tuple(node.args[1:]), dict(node.kwargs)
+    reads_size = bool(_nodes((args, kwargs)))
+    if reads_size:
+        args, kwargs = _map((args, kwargs), lambda v: sizes[v] if isinstance(v, Node) else v)
     if node.op == "call_module":
         layer = module.get_submodule(str(node.target))
         kind = type(layer)
@@ -157,9 +203,16 @@ def _op(module: nn.Module, node: Node) -> Op | str:
             return Op(f"{node.target} ({kind.__name__})", layer, str(node.target))
         return f"layer {node.target!r} is a {kind.__module__}.{kind.__qualname__}"
     if node.op == "call_function" and node.target in FUNCTIONS:
-        return Op(FUNCTIONS[node.target], fn=node.target, args=args, kwargs=kwargs)
+        return Op(FUNCTIONS[node.target], fn=node.target, args=args, kwargs=kwargs,
+                  reads_size=reads_size)
     if node.op == "call_method" and node.target in METHODS:
-        return Op(str(node.target), fn=str(node.target), args=args, kwargs=kwargs)
+        if node.target == "view" and (any(isinstance(a, torch.dtype) for a in args)
+                                      or "dtype" in kwargs):
+            return "view as another dtype is not an op a chain holds"
+        # A chain's activations may be laid out channels-last, where `view` can fail: `reshape`
+        # is the same function of the values (a view when one exists, else a copy).
+        method = "reshape" if node.target == "view" else str(node.target)
+        return Op(str(node.target), fn=method, args=args, kwargs=kwargs, reads_size=reads_size)
     return f"{node.op} {getattr(node.target, '__name__', node.target)!r} is not an op a chain holds"
 
 
@@ -180,20 +233,26 @@ def read_chain(module: nn.Module) -> list[Op] | str:
         return "its forward is not a function of one input"
     ops: list[Op] = []
     previous = nodes[0]
+    sizes: dict[Node, Size | None] = {}  # reads of the shape of `previous`
     for node in nodes[1:-1]:
-        if not node.args or node.args[0] is not previous or _has_node(node.args[1:]) or (
-                _has_node(node.kwargs)):
+        size = _size(node, previous, sizes)
+        if size != "":
+            sizes[node] = size if isinstance(size, Size) else None
+            continue
+        if not node.args or node.args[0] is not previous or any(
+                sizes.get(n) is None for n in _nodes((node.args[1:], node.kwargs))):
             return f"{node.op} {node.name!r} does not take the previous op's output alone"
-        if len(previous.users) != 1:
+        if any(user is not node and user not in sizes for user in previous.users) or any(
+                user is not node and user not in sizes for s in sizes for user in s.users):
             return f"the output of {previous.name!r} is used more than once"
-        op = _op(module, node)
+        op = _op(module, node, sizes)
         if isinstance(op, str):
             return op
         ops.append(op)
-        previous = node
-    if nodes[-1].args[0] is not previous or len(previous.users) != 1:
+        previous, sizes = node, {}
+    if nodes[-1].args[0] is not previous or len(previous.users) != 1 or sizes:
         return "its forward does not return the last op's output"
     return ops
 
 
-__all__ = ["FUNCTIONS", "LAYERS", "METHODS", "PURE_LEAVES", "Op", "read_chain"]
+__all__ = ["FUNCTIONS", "LAYERS", "METHODS", "PURE_LEAVES", "Op", "Size", "read_chain"]
