@@ -264,6 +264,34 @@ def test_evaluate_scores_the_runs_own_test_tasks_and_prints_its_test_line(tmp_pa
     assert other.output.splitlines()[0].split(": ")[-1] != figure, "another seed, other tasks"
 
 
+def test_load_run_gives_the_runs_model_with_its_checkpoint(tmp_path: Path) -> None:
+    """One call: the run's model and the best checkpoint's params, which the model runs on;
+    the learner's own tensors stay behind (Meta-SGD's per-param rates)."""
+    from funcgraph.errors import CheckpointError
+    from funcgraph.runs import load_run
+
+    out = tmp_path / "sgd"
+    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--algo", "metasgd",
+                                 "--steps", "2", "--meta-batch", "2", "--episodes", "2",
+                                 "--validate-every", "2", "--val-episodes", "2", "--device",
+                                 "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = load_run(out)
+    saved, meta = Run.open(out).load("best")
+    assert (run.checkpoint, run.step, run.config["algo"]) == ("best", meta["step"], "metasgd")
+    assert set(saved["params"]) - set(run.params), "Meta-SGD's rates are in the checkpoint"
+    for name, value in run.params.items():
+        assert torch.equal(value, saved["params"][name]), name
+    x = torch.linspace(-5, 5, 4).reshape(4, 1)
+    y, _ = run.model.apply(run.params, run.state, x)
+    assert y.shape == (4, 1) and torch.isfinite(y).all()
+    assert load_run(out, "last").checkpoint == "last"
+    with pytest.raises(ConfigError, match="checkpoint must be 'best' or 'last', got 'first'"):
+        load_run(out, "first")
+    with pytest.raises(CheckpointError, match="not a run directory"):
+        load_run(tmp_path)
+
+
 def test_evaluate_rejects_a_directory_without_a_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["evaluate", str(tmp_path)])
     assert result.exit_code == 2 and "not a run directory" in result.output

@@ -6,13 +6,15 @@ One module per command back end: :mod:`~funcgraph.runs.meta_train` (``meta-train
 :mod:`~funcgraph.runs.export` (``export`` of a run) and :mod:`~funcgraph.runs.graph`
 (``graph``), all resolving their models through the one resolver, :func:`resolve_model`. Each
 run validates its options, data and model before its run directory is written (``graph`` writes
-none: it returns the captured graph). The library below knows nothing of this floor; the CLI
-above only parses options and renders results.
+none: it returns the captured graph). :func:`load_run` (:mod:`~funcgraph.runs.load`) brings a
+run's model and checkpoint back into Python. The library below knows nothing of this floor;
+the CLI above only parses options and renders results.
 """
 
 from .evaluate import RecordedTest, RunEvaluation, evaluate_run
 from .export import export_run
 from .graph import capture_model_graph
+from .load import LoadedRun, load_run
 from .meta_train import (
     MetaTrainConfig,
     MetaTrainResult,
@@ -28,6 +30,7 @@ from .train import FitResult, TrainConfig, fit, train_config
 
 __all__ = [
     "FitResult",
+    "LoadedRun",
     "MetaTrainConfig",
     "MetaTrainResult",
     "ModelSpec",
@@ -42,6 +45,7 @@ __all__ = [
     "evaluate_run",
     "export_run",
     "fit",
+    "load_run",
     "class_halves",
     "meta_train",
     "resolve_model",
