@@ -284,14 +284,17 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
     opts = options(tmp_path, trials=2)
     tune(opts, echo=lambda _: None)
     args = ["tune", "confirm", str(opts.study_dir), "--dataset", "sinusoid", "--seeds", "0,1",
-            "--against", ""]
+            "--against", "", "--episodes", "3"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "warning: --dataset sinusoid is the data set the study tuned on" in result.output
     records = [json.loads(line) for line in result.output.splitlines()
                if line.startswith("{")]
     runs = [r for r in records if "seed" in r]
     assert [r["seed"] for r in runs] == [0, 1] and all(r["metric"] == "mse" for r in runs)
     assert all(r["confirm"].startswith("trial") for r in runs), runs
+    assert all(json.loads((Path(r["run_dir"]) / "config.json").read_text())["test_episodes"]
+               == 3 for r in runs)
     again = runner.invoke(app, args)  # finished runs are read back, not run again
     assert again.exit_code == 0 and "confirm trial" not in again.output
     # A directory holding other settings is refused, never credited to these.
@@ -302,6 +305,19 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "holds a run with other settings (inner_lr)" in (
         refused.output), refused.output
     assert optuna.__version__  # the study store is Optuna's
+
+
+def test_confirm_runs_the_baselines_for_the_steps_asked() -> None:
+    from funcgraph.runs.tune_confirm import confirm_configs
+
+    space = parse_space({"study": {"algo": "maml", "dataset": "sinusoid"},
+                         "fixed": {"steps": 4},
+                         "space": {"inner_lr": {"low": 0.01, "high": 0.1}}})
+    runs = confirm_configs(space, {"inner_lr": 0.05}, "sinusoid", image_size=None, seeds=[0],
+                           against=["maml"], baseline_steps=7, episodes=9)
+    (_, tuned, _), (_, baseline, _) = runs
+    assert (tuned.steps, tuned.test_episodes) == (4, 9), "the tuned settings keep their steps"
+    assert (baseline.steps, baseline.test_episodes) == (7, 9)
 
 
 def test_show_and_confirm_refuse_what_is_not_a_study_in_one_line(tmp_path: Path) -> None:

@@ -106,13 +106,14 @@ def attributes(space: SearchSpace, metric: str) -> dict[str, Any]:
             "space": knobs, "space_toml": space.text}
 
 
-def check_identity(study: Any, record: StudyRecord, space: SearchSpace, metric: str) -> None:
-    """Give a new study its attributes; refuse to join one started with another space or
-    target, naming what differs."""
+def check_identity(study: Any, record: StudyRecord, space: SearchSpace, metric: str, *,
+                   write: bool = True) -> None:
+    """Give a study without attributes (a new one) its attributes, where ``write``; refuse
+    to join one started with another space or target, naming what differs."""
     mine = attributes(space, metric)
     held = study.user_attrs
     if not held:
-        for key, value in mine.items():
+        for key, value in (mine.items() if write else ()):
             study.set_user_attr(key, value)
         return
     differ = [k for k in IDENTITY_KEYS if _canonical(held.get(k)) != _canonical(mine[k])]

@@ -4,6 +4,8 @@ report each validation to the pruner, return the best validation figure; and a t
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -73,6 +75,7 @@ class Objective:
         out = trial_dir(self.opts.study_dir, first)
         trial.set_user_attr("run_dir", str(out.relative_to(self.opts.study_dir)))
         trial.set_user_attr("worker", self.worker)
+        trial.set_user_attr("process", f"{socket.gethostname()} pid {os.getpid()}")
         trial.set_user_attr("interrupted", False)  # a retry carries its attempt's attributes
         tag = f"trial {trial.number}" + (f" (retry of {first})" if first != trial.number else "")
 

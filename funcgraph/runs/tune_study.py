@@ -219,8 +219,9 @@ def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> An
             load_if_exists=True, sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
 
     study = make(optuna.samplers.RandomSampler())
-    check_identity(study, record, opts.space, metric_of(opts.space))
-    remember(opts.study_dir, record)
+    check_identity(study, record, opts.space, metric_of(opts.space), write=create)
+    if create:
+        remember(opts.study_dir, record)
     held = len(study.get_trials(deepcopy=False))
     return make(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held,
                                            constant_liar=True))

@@ -1,0 +1,89 @@
+"""A study's identity: named after its directory, its space and target stored as study
+attributes, its storage remembered by the directory; joining another study, a lost store and
+a changed storage are each one line and exit 2, and nothing in a study directory is lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+from test_tune import TINY, options, runner, space_file
+
+from funcgraph.cli import app
+from funcgraph.runs.tune import tune
+
+
+def run(*args: str) -> tuple[int, list[str]]:
+    result = runner.invoke(app, ["tune", *args])
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+
+
+def test_two_directories_on_one_journal_are_two_studies(tmp_path: Path) -> None:
+    journal = f"journal:{tmp_path / 'shared.journal'}"
+    space = space_file(tmp_path)
+    for name in ("first", "second"):
+        code, lines = run("run", str(space), "--study", str(tmp_path / name), "--storage",
+                          journal, "--trials", "1", "--threads", "1")
+        assert code == 0, lines
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "shared.journal")))
+    assert sorted(optuna.get_all_study_names(storage)) == ["first", "second"]
+    study = optuna.load_study(study_name="first", storage=storage)
+    assert len(study.trials) == 1
+    attrs = study.user_attrs
+    assert (attrs["algo"], attrs["dataset"], attrs["metric"]) == ("maml", "sinusoid", "mse")
+    assert attrs["fixed"]["steps"] == 4 and set(attrs["space"]) == {"inner_lr", "inner_steps"}
+    assert attrs["space_toml"] == space.read_text()
+    # The directory remembers its storage: show needs no --storage, another one is refused.
+    code, lines = run("show", str(tmp_path / "first"), "--no-plots")
+    assert code == 0 and any(line.startswith("best: trial 0") for line in lines), lines
+    code, lines = run("show", str(tmp_path / "first"), "--storage",
+                      f"journal:{tmp_path / 'other.journal'}")
+    assert code == 2 and len(lines) == 1 and "was started on journal:" in lines[0], lines
+
+
+def test_joining_a_study_with_another_space_is_one_line(tmp_path: Path) -> None:
+    journal = f"journal:{tmp_path / 'shared.journal'}"
+    code, lines = run("run", str(space_file(tmp_path)), "--study", str(tmp_path / "first"),
+                      "--storage", journal, "--trials", "1", "--threads", "1")
+    assert code == 0, lines
+    other = tmp_path / "other.toml"
+    other.write_text(TINY.format(fixed="").replace("steps = 4", "steps = 6"))
+    code, lines = run("run", str(other), "--study", str(tmp_path / "second"), "--storage",
+                      journal, "--study-name", "first", "--trials", "1", "--threads", "1")
+    assert code == 2 and len(lines) == 1, lines
+    assert "study 'first' in journal:" in lines[0] and "another fixed" in lines[0], lines
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "shared.journal")))
+    assert len(optuna.load_study(study_name="first", storage=storage).trials) == 1, (
+        "the other study is untouched")
+
+
+def test_an_empty_store_is_refused_and_the_trials_are_kept(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=1)
+    tune(opts, echo=lambda _: None)
+    trial = opts.study_dir / "trials" / "trial-0000"
+    before = (trial / "config.json").read_text()
+    (opts.study_dir / "study.db").write_bytes(b"")  # a full disk or a killed copy
+    for args in (["run", str(space_file(tmp_path)), "--study", str(opts.study_dir)],
+                 ["show", str(opts.study_dir)]):
+        code, lines = run(*args)
+        assert code == 2 and len(lines) == 1 and "is empty (zero bytes)" in lines[0], lines
+    assert (opts.study_dir / "study.db").stat().st_size == 0, "nothing was changed"
+    assert (trial / "config.json").read_text() == before
+
+
+def test_a_replaced_store_is_refused_and_no_trial_directory_is_taken(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=1)
+    tune(opts, echo=lambda _: None)
+    (opts.study_dir / "study.db").unlink()
+    optuna.create_study(study_name="unrelated",
+                        storage=f"sqlite:///{opts.study_dir / 'study.db'}")
+    code, lines = run("run", str(space_file(tmp_path)), "--study", str(opts.study_dir),
+                      "--trials", "2")
+    assert code == 2 and len(lines) == 1, lines
+    assert "holds no study 'study' (it holds 'unrelated')" in lines[0], lines
+    record = json.loads((opts.study_dir / "study.json").read_text())
+    assert record == {"study_name": "study", "storage": None}
+    assert not (opts.study_dir / "trials" / "trial-0001").exists()
