@@ -228,8 +228,9 @@ def meta_train(
     from ..factory import parse_overrides
     from ..factory.config import parse_value
     from ..placement import resolve_device
-    from ..runs import MetaTrainConfig, default_config, meta_train, task_sources
+    from ..runs import MetaTrainConfig, default_config, meta_train
     from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
+    from ..runs.task_sources import sources_for
 
     recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,
                          resume=resume, out=out)
@@ -265,9 +266,7 @@ def meta_train(
     overrides = parse_overrides(set_ or [])
     # A run with --nproc re-runs this command under torchrun before any data is built.
     env = None if dry_run else distributed_env(nproc, backend, dist_timeout, device, out)
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                           data_root=cfg.data_root, rotate=cfg.rotate,
-                           image_size=cfg.image_size)
+    sources = sources_for(cfg)
     if recorded is None or named & {"model", "set_"}:
         cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                               overrides=overrides))

@@ -29,7 +29,7 @@ from .meta_train import (
     init_params,
     run_model,
 )
-from .task_sources import task_sources
+from .task_sources import sources_for
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,7 @@ def evaluate_run(
         changes["precision"] = resolve_precision(precision, dev)[0]
     cfg = replace(cfg, **changes)
     # As the run built them: MAML++'s running statistics come from its training tasks.
-    sources = task_sources(cfg.dataset, spec=cfg.tasks, train_queries=cfg.train_queries,
-                           data_root=cfg.data_root, rotate=cfg.rotate,
-                           image_size=cfg.image_size)
+    sources = sources_for(cfg)
     model_ways = cfg.model.get("ways")
     if model_ways is not None and model_ways != sources.ways:
         raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")

@@ -71,7 +71,7 @@ from .meta_train_config import (
     default_algo,
     default_config,
 )
-from .task_sources import TaskSources, task_sources
+from .task_sources import TaskSources, sources_for
 
 RUNNING_STATS_TASKS = 200
 """Training tasks that MAML++'s per-step running statistics accumulate over (batch norm's
@@ -257,10 +257,7 @@ def meta_train(
     # config.json records the choice; the run's first lines say which and why
     cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
                                                   echo if env.is_main else None))
-    sources = sources or task_sources(cfg.dataset, spec=cfg.tasks,
-                                      train_queries=cfg.train_queries,
-                                      data_root=cfg.data_root, rotate=cfg.rotate,
-                                      image_size=cfg.image_size)
+    sources = sources or sources_for(cfg)
     plan = plan_meta_train(cfg, sources, dev, place=place)
     cfg, learner, params = plan.cfg, plan.learner, plan.params
     keys = RunKeys.of(cfg.seed)
