@@ -3,8 +3,8 @@
 The references: the module's own forward (a deep copy run the ordinary way, float64) for
 outputs, returned state and first-order gradients (``check_matches_module``); and the same
 module kept on the exact ``functional_call`` path (``fuse=False``) for the second-order MAML
-meta-gradient, under the loop and vmap strategies. Modules the rewrite cannot prove or write
-exactly keep that path and say why in ``meta["not_rewritten"]``.
+meta-gradient, under the loop, vmap and threads strategies. Modules the rewrite cannot prove
+or write exactly keep that path and say why in ``meta["not_rewritten"]``.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _tasks(shape: tuple[int, ...], ways: int, num: int = 3) -> Task:
     return Task(sx, y, qx, y)
 
 
-@pytest.mark.parametrize("strategy", ["loop", "vmap"])
+@pytest.mark.parametrize("strategy", ["loop", "vmap", "threads"])
 @pytest.mark.parametrize("name", ["conv4 twin", "sequential blocks"])
 def test_maml_meta_gradient_of_the_rewrite_equals_the_exact_path(name: str,
                                                                   strategy: str) -> None:
