@@ -117,7 +117,7 @@ def split(key: Key, n: int = 2) -> Tensor:
     key = check_key("random.split", key)
     if n < 1:  # not check_int: under torch.compile with dynamic shapes n may be a SymInt
         raise ConfigError(f"random.split: n must be an int >= 1, got {n!r}")
-    if _SHAPES_ONLY.get():
+    if _shapes_only():
         return key.new_zeros((n, 2))
     return _hash_counts(key, 2 * n).reshape(n, 2)
 
@@ -125,7 +125,7 @@ def split(key: Key, n: int = 2) -> Tensor:
 def fold_in(key: Key, data: int | Tensor) -> Key:
     """A new key that mixes an integer (step number, rank, layer index) into ``key``."""
     key = check_key("random.fold_in", key)
-    if _SHAPES_ONLY.get():
+    if _shapes_only():
         return key.new_zeros(2)
     d = torch.as_tensor(data, dtype=torch.int64, device=key.device)
     hi = (d >> 32) & _MASK
@@ -135,6 +135,12 @@ def fold_in(key: Key, data: int | Tensor) -> Key:
 
 
 _SHAPES_ONLY: ContextVar[bool] = ContextVar("funcgraph_random_shapes_only", default=False)
+
+
+def _shapes_only() -> bool:
+    """Whether draws are shape stand-ins here (never while ``torch.compile`` traces, which
+    cannot read a context variable and is never inside such a block)."""
+    return not torch.compiler.is_compiling() and _SHAPES_ONLY.get()
 
 
 @contextlib.contextmanager
@@ -154,7 +160,7 @@ def bits(key: Key, shape: Sequence[int]) -> Tensor:
     """Uniform random 32-bit words as int64 in ``[0, 2**32)``, of the given shape."""
     key = check_key("random.bits", key)
     shape = tuple(int(s) for s in shape)
-    if _SHAPES_ONLY.get():
+    if _shapes_only():
         return torch.empty(shape, dtype=torch.int64, device="meta")
     n = math.prod(shape)
     return _hash_counts(key, n).reshape(shape)
@@ -175,7 +181,7 @@ def uniform(
     key = check_key("random.uniform", key)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     shape = tuple(int(s) for s in shape)
-    if _SHAPES_ONLY.get():
+    if _shapes_only():
         return torch.empty(shape, dtype=dtype, device="meta")
     if dtype == torch.float64:
         words = bits(key, (2, *shape))
@@ -195,7 +201,7 @@ def normal(
     """
     key = check_key("random.normal", key)
     dtype = torch.get_default_dtype() if dtype is None else dtype
-    if _SHAPES_ONLY.get():
+    if _shapes_only():
         return torch.empty(tuple(int(s) for s in shape), dtype=dtype, device="meta")
     work = torch.float64 if dtype == torch.float64 else torch.float32
     tiny = 2.0**-53 if work == torch.float64 else 2.0**-24

@@ -180,6 +180,12 @@ def meta_train(
         help="Run tasks in a loop, on one worker thread per CPU thread (--threads), or "
              "vmapped; auto = the measured default for the device and task size, measure = "
              "time each on the first batch.")] = StrategyChoice.auto,
+    compile_: Annotated[bool, typer.Option(
+        "--compile", rich_help_panel=ALGORITHM_PANEL,
+        help="Compile the whole meta-gradient with torch.compile (inner loop, second order, "
+             "the loop or vmap over tasks): the first steps compile (about a minute for a "
+             "conv4 on a CPU; torch's cache makes later runs faster), an op that cannot be "
+             "compiled is named and the step runs eagerly.")] = False,
     validate_every: Annotated[int | None, typer.Option(
         rich_help_panel=EVAL_PANEL,
         min=0, max=10**7, help="Validate every N steps (0: never).")] = None,
@@ -250,6 +256,7 @@ def meta_train(
         cg_tol=cg_tol,
         rotate=rotate,
         strategy=strategy.value, precision=None if precision is None else precision.value,
+        compile=compile_ or None,
         validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,
         seed=seed,

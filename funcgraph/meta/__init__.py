@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "cg": ("CGResult", "conjugate_gradient", "hessian_vector"),
+    "compiled": ("CompileFallback", "use_compile_cache"),
     "evaluate": ("EvalResult", "TaskSampler", "confidence_interval", "evaluate"),
     "imaml": ("ImplicitGrad", "imaml", "imaml_solve", "proximal_adapt"),
     "learner": ("LEARNER_PREFIXES", "LR_PREFIX", "STEP_BN_PREFIX", "STEP_LR_PREFIX",
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORTS
     from ..model import BoundApply  # noqa: F401
     from .cg import CGResult, conjugate_gradient, hessian_vector  # noqa: F401
+    from .compiled import CompileFallback, use_compile_cache  # noqa: F401
     from .evaluate import EvalResult, TaskSampler, confidence_interval, evaluate  # noqa: F401
     from .imaml import ImplicitGrad, imaml, imaml_solve, proximal_adapt  # noqa: F401
     from .learner import (  # noqa: F401

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -184,7 +184,7 @@ def call(apply: BoundApply, params: Params, x: Tensor, key: Key | None) -> Tenso
     """
     if key is None:
         return apply(params, x)
-    return cast(Callable[..., Tensor], apply)(params, x, key=key)
+    return apply(params, x, key=key)  # type: ignore[call-arg]  # (no cast: Dynamo traces this)
 
 
 class Objective(NamedTuple):

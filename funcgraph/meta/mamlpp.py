@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -277,14 +278,24 @@ def mamlpp(
                                    inner_lr=inner_lr, first_order=True, weights=None)
         return loss.detach(), metric
 
+    by_values: dict[tuple[Any, ...], MetaLearner] = {}
+
     def at_step(step: int) -> MetaLearner:
-        """The learner of meta-step ``step``: its MSL weights and derivative order."""
+        """The learner of meta-step ``step``: its MSL weights and derivative order. Steps
+        with the same values share one learner (once the anneal and the first-order warm-up
+        are over, every step does), so a compiled meta-gradient is reused, not rebuilt."""
         weights = msl_weights(inner_steps, step, anneal) if multi_step_loss else None
-        task_grad = task_grad_of(partial(
-            mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
-            first_order=step < first_order_until, weights=weights))
-        return MetaLearner(name, init, task_grad, task_eval, obj, settings,
-                           uses_keys=uses_keys, schedule=at_step, model=model)
+        first_order = step < first_order_until
+        if (weights, first_order) not in by_values:
+            if len(by_values) > 1:  # one schedule moves on: keep the newest learner only
+                by_values.clear()
+            task_grad = task_grad_of(partial(
+                mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
+                first_order=first_order, weights=weights))
+            by_values[weights, first_order] = MetaLearner(
+                name, init, task_grad, task_eval, obj, settings, uses_keys=uses_keys,
+                schedule=at_step, model=model)
+        return by_values[weights, first_order]
 
     return at_step(0)
 

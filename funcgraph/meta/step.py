@@ -55,6 +55,7 @@ def meta_step(
     strategy: str = "auto",
     reduce: Reduce | None = None,
     precision: str = "float32",
+    compile: bool | str = False,
 ) -> tuple[Params, Params, StepMetrics]:
     """One meta-step: ``(new params, new optimiser state, metrics)``.
 
@@ -73,14 +74,19 @@ def meta_step(
         precision: ``"float32"`` or ``"bf16"`` (bfloat16 convolutions and matmuls in each
             task, float32 params, optimiser state, losses and update;
             :mod:`funcgraph.precision`).
+        compile: compile the meta-gradient whole (:mod:`funcgraph.meta.compiled`; as
+            :func:`~funcgraph.meta.strategy.mean_task_grads`). A learner with a schedule
+            (MAML++'s loss weights and first-order warm-up) compiles from the step where its
+            schedule holds still, and runs eagerly while it moves.
 
     Raises:
         ConfigError: an argument of the wrong kind or out of range.
     """
     _check(learner, optimizer, step, lr, reduce)
-    task_grad = learner.at_step(step).task_grad
-    grads, loss, metric = mean_task_grads(task_grad, params, tasks, strategy=strategy,
-                                          precision=precision)
+    current = learner.at_step(step)
+    still = learner.schedule is None or current is learner.at_step(step + 1)
+    grads, loss, metric = mean_task_grads(current.task_grad, params, tasks, strategy=strategy,
+                                          precision=precision, compile=compile if still else False)
     if reduce is not None:
         grads, loss, metric = reduce(grads, loss, metric)
     if lr is None:

@@ -41,9 +41,12 @@ from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
 from ..precision import check_precision, in_precision
+from .compiled import NotCompiled, compiled_mean_grads
 from .learner import Task, TaskEvalFn, TaskGradFn
 
 STRATEGIES = ("loop", "threads", "vmap")
+COMPILED = ("loop", "vmap")
+"""The strategies a compiled meta-gradient runs with (:mod:`funcgraph.meta.compiled`)."""
 CHOICES = ("auto", "measure", *STRATEGIES)
 
 DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"}
@@ -150,6 +153,7 @@ def mean_task_grads(
     chunk_size: int | None = None,
     workers: int | None = None,
     precision: str = "float32",
+    compile: bool | str = False,
 ) -> tuple[Params, Tensor, Tensor]:
     """The mean over the tasks of ``task_grad``: ``(grads, loss, metric)``.
 
@@ -165,11 +169,29 @@ def mean_task_grads(
         precision: ``"float32"``, or ``"bf16"``: each task computes its convolutions and
             matmuls in bfloat16 (:mod:`funcgraph.precision`; in every strategy, worker
             threads included), the gradients, losses and params staying float32.
+        compile: compile the whole mean meta-gradient with ``torch.compile`` (the per-task
+            gradient with ``"loop"``, the vmapped mean with ``"vmap"``;
+            :mod:`funcgraph.meta.compiled`). The first call compiles; one that cannot be
+            compiled whole warns once (:class:`~funcgraph.meta.compiled.CompileFallback`) and
+            runs eagerly. ``True`` compiles with torch's default backend (inductor); a string
+            names another ``torch.compile`` backend (``"aot_eager"``).
     """
     strategy = _resolve("mean_task_grads", task_grad, meta_params, tasks, strategy, chunk_size,
                         workers)
-    task_grad = in_precision(task_grad, check_precision("mean_task_grads", precision),
-                             tasks.support_x.device.type)
+    precise = check_precision("mean_task_grads", precision)
+    key = (task_grad, precise, tasks.support_x.device.type)
+    task_grad = in_precision(task_grad, precise, tasks.support_x.device.type)
+    if compile:
+        if strategy == "threads":
+            raise ConfigError("mean_task_grads: compile runs with strategy 'loop' or 'vmap', "
+                              "not 'threads' (Dynamo compiles from one thread)")
+        compiled = compiled_mean_grads(task_grad, strategy, key=key, chunk_size=chunk_size,
+                                       backend="inductor" if compile is True else str(compile))
+        if compiled is not None:
+            try:
+                return compiled(meta_params, tasks)
+            except NotCompiled:
+                pass
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
@@ -211,13 +233,15 @@ def task_evals(
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 
-def measure_strategies(run: Callable[[str], Any], *, repeats: int = 2) -> dict[str, float]:
-    """Median seconds of ``run(strategy)`` for each strategy (after one warm-up call each)."""
-    times: dict[str, list[float]] = {s: [] for s in STRATEGIES}
-    for s in STRATEGIES:
+def measure_strategies(run: Callable[[str], Any], *, repeats: int = 2,
+                       strategies: tuple[str, ...] = STRATEGIES) -> dict[str, float]:
+    """Median seconds of ``run(strategy)`` for each of ``strategies`` (after one warm-up call
+    each, which is also where a compiled step compiles)."""
+    times: dict[str, list[float]] = {s: [] for s in strategies}
+    for s in strategies:
         run(s)
     for _ in range(repeats):
-        for s in STRATEGIES:  # interleaved, so load changes hit both alike
+        for s in strategies:  # interleaved, so load changes hit both alike
             start = time.perf_counter()
             run(s)
             times[s].append(time.perf_counter() - start)
@@ -230,27 +254,31 @@ def resolve_strategy(
     *,
     examples_per_task: int | None = None,
     probe: Callable[[str], Any] | None = None,
+    compiled: bool = False,
 ) -> str:
     """``"loop"``, ``"threads"`` or ``"vmap"`` for ``strategy`` in :data:`CHOICES` on ``device``.
 
     ``"auto"`` is :func:`default_strategy` for the device and task size; ``"measure"`` times
     ``probe(strategy)`` (a meta-step on a real batch) with :func:`measure_strategies` and
-    keeps the faster.
+    keeps the faster. With ``compiled`` (a compiled meta-step) the candidates are ``"loop"``
+    and ``"vmap"``, each measured compiled, and ``"auto"``'s threads become a loop.
     """
     if strategy not in CHOICES:
         raise ConfigError(f"strategy must be one of {CHOICES}, got {strategy!r}")
     if strategy == "auto":
-        return default_strategy(device, examples_per_task)
+        chosen = default_strategy(device, examples_per_task)
+        return "loop" if compiled and chosen == "threads" else chosen
     if strategy == "measure":
         if probe is None:
             raise ConfigError("resolve_strategy: 'measure' needs a probe function")
-        times = measure_strategies(probe)
+        times = measure_strategies(probe, strategies=COMPILED if compiled else STRATEGIES)
         return min(times, key=lambda s: times[s])
     return strategy
 
 
 __all__ = [
     "CHOICES",
+    "COMPILED",
     "CPU_VMAP_MAX_EXAMPLES",
     "DEFAULT_STRATEGY",
     "STRATEGIES",

@@ -88,6 +88,9 @@ class MetaTrainer:
         strategy: how tasks run, ``"auto"`` (the measured default for the device and task
             size), ``"loop"``, ``"threads"`` or ``"vmap"``.
         precision: ``"float32"`` or ``"bf16"`` (:mod:`funcgraph.precision`).
+        compile: compile each meta-step's whole meta-gradient with ``torch.compile``
+            (:mod:`funcgraph.meta.compiled`; ``True`` for torch's default backend, or a
+            backend's name); the first step compiles.
 
     Raises:
         ConfigError: an argument of the wrong kind.
@@ -97,9 +100,11 @@ class MetaTrainer:
     optimizer: Optimizer
     strategy: str
     precision: str
+    compile: bool | str
 
     def __init__(self, learner: MetaLearner, optimizer: Optimizer | None = None, *,
-                 strategy: str = "auto", precision: str = "float32") -> None:
+                 strategy: str = "auto", precision: str = "float32",
+                 compile: bool | str = False) -> None:
         if not isinstance(learner, MetaLearner):
             raise ConfigError(f"MetaTrainer: learner must be a MetaLearner (maml(module), "
                               f"protonet(...), ...), got {type(learner).__name__}")
@@ -111,8 +116,15 @@ class MetaTrainer:
                               f"Optimizer (adam(lr), sgd(lr)), got {type(optimizer).__name__}")
         check_choice("MetaTrainer", "strategy", strategy, ("auto", *STRATEGIES))
         check_precision("MetaTrainer", precision)
+        if not isinstance(compile, bool | str):
+            raise ConfigError(f"MetaTrainer: compile must be True, False or a torch.compile "
+                              f"backend's name, got {compile!r}")
+        if compile and strategy == "threads":
+            raise ConfigError("MetaTrainer: compile runs with strategy 'loop', 'vmap' or "
+                              "'auto', not 'threads' (Dynamo compiles from one thread)")
         for name, value in (("learner", learner), ("optimizer", optimizer),
-                            ("strategy", strategy), ("precision", precision)):
+                            ("strategy", strategy), ("precision", precision),
+                            ("compile", compile)):
             object.__setattr__(self, name, value)
 
     def init(self, key: Key, params: Params | None = None) -> TrainState:
@@ -164,7 +176,7 @@ class MetaTrainer:
         params, opt_state, metrics = meta_step(
             self.learner, self.optimizer, state.params, state.opt_state,
             tasks.to(like.device, like.dtype), step=state.step, strategy=self.strategy,
-            precision=self.precision)
+            precision=self.precision, compile=self.compile)
         return replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def evaluate(self, state: TrainState, tasks: TaskStream | Task) -> EvalResult:

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from .. import distributed
 from ..errors import CheckpointError, ConfigError
+from ..meta.compiled import use_compile_cache
 from ..meta.evaluate import EvalResult, evaluate
 from ..meta.learner import MetaLearner
 from ..meta.running_stats import step_running_stats, with_step_running_stats
@@ -50,6 +51,7 @@ from ..train import (
     run_loop,
     sgd,
 )
+from .compile_note import compile_note, fallbacks_to, remember_compile, signature
 from .curves import write_curves
 from .meta_plan import (
     MetaTrainPlan,
@@ -152,7 +154,8 @@ def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
         params, opt, metrics = meta_step(
             learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
             lr=meta_lr_at(cfg, step), strategy=strategy,
-            reduce=all_reduce if env.active else None, precision=cfg.precision)
+            reduce=all_reduce if env.active else None, precision=cfg.precision,
+            compile=cfg.compile)
         if env.active and (step + 1) % sync_every == 0:
             distributed.assert_in_sync(params, env, step + 1)
         return {"params": params, "opt": opt}, {
@@ -263,7 +266,7 @@ def meta_train(
     keys = RunKeys.of(cfg.seed)
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
                      tensorboard=tensorboard,
-                     added={"precision": "float32"})
+                     added={"precision": "float32", "compile": False})
     try:
         optimizer = meta_optimizer(cfg)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
@@ -280,7 +283,8 @@ def meta_train(
                 echo("measuring the strategies on the first meta-batch (a few steps)")
             strategy = resolve_strategy(cfg.strategy, dev,
                                         examples_per_task=task_size(sources.train),
-                                        probe=lambda s: step_fn(start, groups, s))
+                                        probe=lambda s: step_fn(start, groups, s),
+                                        compiled=cfg.compile)
         test_strategy = eval_strategy(cfg, sources, dev)
         metric_name = learner.objective.metric_name
 
@@ -299,7 +303,8 @@ def meta_train(
             write=env.is_main, description=f"meta-train {cfg.algo}",
             meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
             divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
-            first_step=f"sampling {cfg.meta_batch:,} tasks, warming up", label=label,
+            first_step=(compile_note(use_compile_cache(), signature(cfg)) if cfg.compile else
+                        f"sampling {cfg.meta_batch:,} tasks, warming up"), label=label,
         )
 
         def after_validation(step: int, figures: Mapping[str, float]) -> None:
@@ -307,12 +312,23 @@ def meta_train(
             if on_validation is not None:
                 on_validation(step, figures)
 
+        started = time.perf_counter()
+
+        def after_step(step: int) -> None:
+            if cfg.compile and step == start + 1 and learner.schedule is None:
+                remember_compile(use_compile_cache(), signature(cfg),
+                                 time.perf_counter() - started)
+            if on_step is not None:
+                on_step(step)
+
         if start < cfg.steps:
             with_validation = cfg.validate_every and env.is_main
-            groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
-                              start_step=start, validate=validate if with_validation else None,
-                              best_value=best_value, after_validation=after_validation,
-                              after_step=on_step)
+            with fallbacks_to(echo):
+                groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
+                                  start_step=start,
+                                  validate=validate if with_validation else None,
+                                  best_value=best_value, after_validation=after_validation,
+                                  after_step=after_step)
         if not env.is_main:
             return MetaTrainResult(run, groups["params"], None)
         if not score_test:  # the run ends here: `funcgraph runs` lists it as finished

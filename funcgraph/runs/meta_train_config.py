@@ -79,6 +79,7 @@ class MetaTrainConfig:
     cg_tol: float = ImamlSettings.cg_tol
     strategy: str = "auto"
     precision: str = "float32"
+    compile: bool = False
     seed: int = 0
     validate_every: int = 250
     val_episodes: int = 200
@@ -93,6 +94,9 @@ class MetaTrainConfig:
         algorithm_type(self.algo)
         check_choice(_WHO, "--strategy", self.strategy, CHOICES)
         check_choice(_WHO, "--precision", self.precision, PRECISION_CHOICES)
+        if self.compile and self.strategy == "threads":
+            raise ConfigError("--compile runs tasks in a loop or vmapped (Dynamo compiles from "
+                              "one thread): use --strategy loop, vmap, auto or measure")
         for name in ("meta_batch", "steps", "test_episodes", "val_episodes", "checkpoint_every"):
             check_int(_WHO, option(name), getattr(self, name), minimum=1)
         for name in ("inner_steps", "inner_steps_eval", "validate_every", "first_order_until"):

@@ -31,6 +31,7 @@ FLAG_OPTIONS: dict[str, tuple[str | None, str | None]] = {
     "remat": ("--remat", None),
     "bn_running_stats": ("--bn-running-stats", None),
     "inner_minibatches": ("--inner-minibatches", "--inner-full-batch"),
+    "compile": ("--compile", None),
 }
 """``meta-train``'s on and off flags of each boolean config field."""
 
