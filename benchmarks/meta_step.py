@@ -52,7 +52,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +63,7 @@ from torch import Tensor, nn
 from funcgraph import bind, random
 from funcgraph.allocator import keep_freed_memory
 from funcgraph.meta import BoundApply, Task, maml, mean_task_grads
-from funcgraph.meta.learner import TaskGradFn, objective
-from funcgraph.meta.maml import InnerLoop, task_loss
+from funcgraph.meta.learner import TaskGradFn
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
@@ -177,21 +178,15 @@ def peak_rss_in_child(variant: str) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["peak_rss_gb"])
 
 
-def compiled_task_grad(apply: BoundApply, steps: int, lr: float) -> TaskGradFn:
-    """One task's second-order meta-gradient (``torch.func.grad`` of MAML's task loss) as one
-    ``torch.compile`` graph, for the ``loop+compile`` variant."""
-    inner, obj = InnerLoop(steps, lr), objective("classification")
+@dataclass(frozen=True)
+class Variant:
+    """One funcgraph row: how its tasks run and what computes each task's gradient."""
 
-    def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
-        return task_loss(apply, p, task, objective=obj, inner=inner)
-
-    grad = torch.compile(torch.func.grad_and_value(loss, has_aux=True), fullgraph=True,
-                         dynamic=False)
-
-    def task_grad(meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
-        grads, (value, metric) = grad(meta_params, task)
-        return grads, value.detach(), metric
-    return task_grad
+    strategy: str
+    chunk: int | None
+    task_grad: TaskGradFn
+    compile: bool
+    precision: str
 
 
 BASELINE = "baseline (clone-and-adapt loop)"
@@ -326,8 +321,11 @@ def main() -> None:
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
     p.add_argument("--strategies", default="loop,loop+remat,vmap8",
                    help="funcgraph variants: loop, threads, vmap, vmapN (vmap N tasks at a "
-                        "time), each optionally +remat; loop+compile; loop+twin "
-                        "(funcgraph's maml over conv4's torch.nn twin)")
+                        "time), each optionally +remat, +compile (the whole meta-gradient "
+                        "compiled; not with threads or remat), +bf16 (precision='bf16'), "
+                        "+module (meta.maml of conv4 written as a plain nn.Module, the "
+                        "user's path through from_module); loop+twin (funcgraph's maml over "
+                        "the nn.Module's forward by functional_call, no rewriting)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -366,21 +364,21 @@ def main() -> None:
         ``functional_call`` swaps the tensors into the module for the call)."""
         return torch.func.functional_call(module, p, (x,))
 
-    def parse(spec: str) -> tuple[str, int | None, TaskGradFn]:
-        """``(strategy, chunk size, task gradient)`` of a variant spec such as ``vmap8+remat``."""
+    def parse(spec: str) -> Variant:
+        """The variant of a spec such as ``vmap8+remat`` or ``vmap+module+compile``."""
         name, *flags = spec.split("+")
-        unknown = set(flags) - {"remat", "compile", "twin"}
+        unknown = set(flags) - {"remat", "compile", "twin", "module", "bf16"}
         if unknown or not (name in ("loop", "threads") or name.startswith("vmap")) or (
-                "compile" in flags and (name != "loop" or "remat" in flags)) or (
-                "twin" in flags and (name != "loop" or "compile" in flags)):
+                "compile" in flags and (name == "threads" or "remat" in flags)) or (
+                "twin" in flags and (name != "loop" or {"compile", "module"} & set(flags))):
             raise SystemExit(f"--strategies: cannot read {spec!r}")
         chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        apply = twin if "twin" in flags else bind(model, state)
-        task_grad = (compiled_task_grad(apply, args.inner_steps, args.inner_lr)
-                     if "compile" in flags else
-                     maml(apply, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
-                          remat="remat" in flags).task_grad)
-        return ("vmap" if name.startswith("vmap") else name), chunk, task_grad
+        apply: Any = (twin if "twin" in flags else module if "module" in flags else
+                      bind(model, state))
+        task_grad = maml(apply, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
+                         remat="remat" in flags).task_grad
+        return Variant("vmap" if name.startswith("vmap") else name, chunk, task_grad,
+                       "compile" in flags, "bf16" if "bf16" in flags else "float32")
 
     specs = {spec: parse(spec) for spec in args.strategies.split(",")}
     opt_fg = adam(1e-3)
@@ -412,9 +410,10 @@ def main() -> None:
         return
 
     def fg_grads(spec: str) -> Params:
-        strategy, chunk, task_grad = specs[spec]
-        grads, _, _ = mean_task_grads(task_grad, params, tasks, strategy=strategy,
-                                      chunk_size=chunk)
+        v = specs[spec]
+        grads, _, _ = mean_task_grads(v.task_grad, params, tasks, strategy=v.strategy,
+                                      chunk_size=v.chunk, compile=v.compile,
+                                      precision=v.precision)
         return grads
 
     def fg_step(spec: str) -> Callable[[], None]:

@@ -57,19 +57,22 @@ class Runs:
 
 @dataclass(frozen=True)
 class Speed:
-    """One meta-step's speed-up: funcgraph's fastest variant over ``against`` in the newest
-    ``meta_step`` record at ``queries`` queries per class."""
+    """One meta-step's speed-up: funcgraph's fastest variant (among those named ``ours``, or
+    all) over the row named exactly ``against`` in the newest ``meta_step`` record that has
+    both at ``queries`` queries per class."""
 
     label: str
     queries: int
     against: str
+    ours: tuple[str, ...] = ()
 
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             rows = {f["variant"]: f["s_per_step"] for f in record["figures"]
                     if "variant" in f and f.get("config", {}).get("queries") == self.queries}
-            other = next((s for v, s in rows.items() if v.startswith(self.against)), None)
-            ours = {v: s for v, s in rows.items() if v.startswith("funcgraph")}
+            other = rows.get(self.against)
+            ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
+                not self.ours or v in self.ours)}
             if other and ours:
                 best = min(ours, key=ours.__getitem__)
                 return f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')})"
@@ -94,10 +97,11 @@ GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
      META),
     (Speed("One MAML meta-step (conv4, 32 tasks, one thread), 15 queries per class: speed-up "
            "over a clone-and-adapt loop",
-           15, "baseline"), META),
-    (Speed("The same meta-step: speed-up over `higher`", 15, "higher"), META),
+           15, "baseline (clone-and-adapt loop)"), META),
+    (Speed("The same meta-step: speed-up over `higher`", 15,
+           "higher (innerloop_ctx, installed)"), META),
     (Speed("The same at 1 query per class (the meta-train default)",
-           1, "baseline"), META),
+           1, "baseline (clone-and-adapt loop)"), META),
 )
 
 
