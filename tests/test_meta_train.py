@@ -483,3 +483,19 @@ def test_a_run_from_before_the_precision_setting_resumes(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     refused = runner.invoke(app, [*args, "--steps", "4", "--resume", "--precision", "bf16"])
     assert refused.exit_code == 2 and "precision" in refused.output
+
+
+def test_auto_says_when_its_strategy_needs_much_more_memory_than_the_loop() -> None:
+    from funcgraph.runs.meta_plan import AUTO_MEMORY_RATIO, plan_meta_train
+    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.task_sources import sources_for
+
+    auto = default_config("maml", "sinusoid", meta_batch=16)
+    plan = plan_meta_train(auto, sources_for(auto), torch.device("cpu"))
+    assert plan.memory_note is not None and "strategy vmap (auto" in plan.memory_note
+    ratio = float(plan.memory_note.split("x the loop's")[0].rsplit(" ", 1)[-1])
+    assert ratio > AUTO_MEMORY_RATIO, plan.memory_note
+    loop = default_config("maml", "sinusoid", meta_batch=16, strategy="loop")
+    assert plan_meta_train(loop, sources_for(loop), torch.device("cpu")).memory_note is None
+    one = default_config("maml", "sinusoid", meta_batch=1)
+    assert plan_meta_train(one, sources_for(one), torch.device("cpu")).memory_note is None

@@ -283,6 +283,7 @@ def meta_train(
         seconds, measured = estimate_step_seconds(plan.cfg, plan, sources, dev)
         show_plan(plan.cfg.to_json(), [
             f"parameters: {plan.parameters:,}", f"memory: {plan.memory}",
+            *([plan.memory_note] if plan.memory_note else []),
             f"time: about {seconds:.3g} s per meta-step, {seconds * plan.cfg.steps / 60:.3g} "
             f"min for {plan.cfg.steps:,} steps (one step measured on {measured} task(s), "
             "scaled; validation not included)",

@@ -178,6 +178,9 @@ class MetaTrainPlan:
     learner: MetaLearner
     params: Params
     memory: MemoryEstimate
+    memory_note: str | None = None
+    """A line for the run's first lines where ``--strategy auto`` took a strategy estimated to
+    need more than :data:`AUTO_MEMORY_RATIO` times the loop's memory."""
 
     @property
     def parameters(self) -> int:
@@ -211,9 +214,20 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
                             f"{fmt_bytes(data_bytes)} of meta-batch data, params and Adam "
                             "state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
-    return MetaTrainPlan(cfg, learner, meta_params, memory)
+    loop = state_bytes + data_bytes + per_task
+    note = None
+    if cfg.strategy == "auto" and memory.needed > AUTO_MEMORY_RATIO * loop:
+        note = (f"strategy {strategy} (auto, the faster here): about "
+                f"{fmt_bytes(memory.needed)}, {memory.needed / loop:.1f}x the loop's "
+                f"{fmt_bytes(loop)}; --strategy loop holds one task graph at a time")
+    return MetaTrainPlan(cfg, learner, meta_params, memory, note)
 
 
-__all__ = ["MetaTrainPlan", "RunKeys", "build_learner", "check_fit", "default_model_config",
-           "eval_strategy", "init_params", "model_config", "plan_meta_train", "run_model",
-           "running_stats_twin", "task_bytes", "task_size"]
+AUTO_MEMORY_RATIO = 1.5
+"""``--strategy auto`` says so in the run's first lines when its choice is estimated to need
+more than this many times the loop's memory."""
+
+
+__all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "build_learner", "check_fit",
+           "default_model_config", "eval_strategy", "init_params", "model_config",
+           "plan_meta_train", "run_model", "running_stats_twin", "task_bytes", "task_size"]

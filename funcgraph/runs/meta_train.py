@@ -263,6 +263,8 @@ def meta_train(
     sources = sources or sources_for(cfg)
     plan = plan_meta_train(cfg, sources, dev, place=place)
     cfg, learner, params = plan.cfg, plan.learner, plan.params
+    if plan.memory_note is not None and env.is_main:
+        echo(plan.memory_note)
     keys = RunKeys.of(cfg.seed)
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
                      tensorboard=tensorboard,
