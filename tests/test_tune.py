@@ -195,8 +195,12 @@ def test_a_diverged_trial_fails_with_its_reason_and_the_study_goes_on(tmp_path: 
     assert all("diverged" in t.user_attrs["failure"] for t in study.trials)
 
 
+@pytest.mark.parametrize("stop_at", [2, 4])
 def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          stop_at: int) -> None:
+    """Ctrl-C lands after the validation of step ``stop_at`` is recorded, before it is
+    reported; the retry resumes after it (at 4: with no step left to train)."""
     real = tune_objective.meta_train
     calls: list[bool] = []
 
@@ -206,7 +210,7 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
             report = kw["on_validation"]
 
             def stop(step: int, figures: object) -> None:
-                if step == 4:
+                if step == stop_at:
                     raise KeyboardInterrupt
                 report(step, figures)
             kw["on_validation"] = stop
@@ -226,8 +230,12 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
     assert any(line.startswith("trial 1 (retry of trial 0, in trials/trial-0000): mse")
                for line in lines), lines
     rows = {r.number: r for r in trial_rows(study)}
-    assert rows[0].reason == "interrupted; retried as trial 1" and rows[0].step == 2, rows
+    assert rows[0].reason == "interrupted; retried as trial 1", rows
+    assert rows[0].step == stop_at, "the step the interrupted attempt validated"
     assert rows[1].reason == "retry of trial 0" and rows[1].run_dir == "trials/trial-0000"
+    assert sorted(retry.intermediate_values) == [2, 4], "the retry reports the whole curve"
+    text = " ".join(table(list(rows.values()), "mse").split())  # settings wrap at 80
+    assert "[interrupted; retried as trial 1]" in text and "[retry of trial 0]" in text, text
     records = [json.loads(x) for x in
                (opts.study_dir / "trials" / "trial-0000" / "metrics.jsonl").read_text()
                .splitlines()]

@@ -40,12 +40,20 @@ def import_study_plugins(study_dir: Path) -> None:
         import_recorded(Run.open(config.parent).config, config.parent)
 
 
+def validations(run_dir: Path, metric: str) -> dict[int, float]:
+    """Each validation ``metric`` in a run's ``metrics.jsonl``, by step (empty where no run
+    or no validation is recorded)."""
+    if not (run_dir / "config.json").is_file():
+        return {}
+    return {int(r["step"]): float(r[metric]) for r in Run.open(run_dir).metrics()
+            if r.get("kind") == "validation" and metric in r}
+
+
 def best_validation(run_dir: Path, metric: str) -> float | None:
     """The best validation ``metric`` in a run's ``metrics.jsonl`` (the ``best``
     checkpoint's: the highest accuracy, the lowest error), or ``None`` before its first
     validation."""
-    values = [r[metric] for r in Run.open(run_dir).metrics()
-              if r.get("kind") == "validation" and metric in r]
+    values = list(validations(run_dir, metric).values())
     if not values:
         return None
     return max(values) if metric == "acc" else min(values)
@@ -77,7 +85,8 @@ class Objective:
         trial.set_user_attr("worker", self.worker)
         trial.set_user_attr("process", f"{socket.gethostname()} pid {os.getpid()}")
         trial.set_user_attr("interrupted", False)  # a retry carries its attempt's attributes
-        tag = f"trial {trial.number}" + (f" (retry of {first})" if first != trial.number else "")
+        tag = f"trial {trial.number}" + (
+            f" (retry of trial {first})" if first != trial.number else "")
 
         # A worker's echo says which worker; the loop's own step lines need both.
         label = (f"worker {self.worker}, " if self.opts.workers > 1 else "") + tag
@@ -99,6 +108,18 @@ class Objective:
             metric = metric_of(space)
 
             begun: list[int] = []  # the step this attempt started from (a retry resumes)
+            reported: set[int] = set()
+
+            def catch_up() -> None:
+                """Report the run's validations this attempt has not (a retry's earlier
+                attempt ran them), so the pruner and the table see the whole curve."""
+                earlier = {s: v for s, v in validations(out, metric).items()
+                           if s not in reported}
+                for done, value in sorted(earlier.items()):
+                    trial.report(value, done)
+                if earlier:
+                    reported.update(earlier)
+                    trial.set_user_attr("validated", max(reported))
 
             def over_cap(step: int) -> None:
                 used, base = time.process_time() - started, begun[0] if begun else 0
@@ -115,13 +136,15 @@ class Objective:
                 trial.set_user_attr("cpu_s", round(time.process_time() - started, 2))
                 if metric in figures:
                     trial.report(float(figures[metric]), step)
+                    reported.add(step)
                 over_cap(step)
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at step {step}")
 
             def early(step: int) -> None:
-                if not begun:
+                if not begun:  # the first step here: a retry resumed after `step - 1`
                     begun.append(step - 1)
+                    catch_up()
                 if step - begun[0] == CAP_CHECK_STEPS:
                     over_cap(step)
 
@@ -129,8 +152,13 @@ class Objective:
                        device=self.opts.device, sources=sources, show_progress=False,
                        echo=echo, label=f"[{label}] ", on_validation=report, on_step=early,
                        score_test=False)
+            catch_up()  # a retry of an attempt that had run every step
         except KeyboardInterrupt:
             trial.set_user_attr("interrupted", True)
+            # A Ctrl-C may land after a validation's record, before it was reported.
+            done = max(validations(out, metric_of(space)), default=0)
+            if done > int(trial.user_attrs.get("validated", 0)):
+                trial.set_user_attr("validated", done)
             raise
         except optuna.TrialPruned as e:
             trial.set_user_attr("pruned", str(e))
@@ -178,4 +206,4 @@ def describe(trial: Any, metric: str = "acc") -> str:
     return f"{head}, {cpu}; {params}"
 
 
-__all__ = ["Objective", "best_validation", "describe", "draw", "trial_dir"]
+__all__ = ["Objective", "best_validation", "describe", "draw", "trial_dir", "validations"]

@@ -124,6 +124,7 @@ def table(rows: list[TrialRow], metric: str, width: int = 80) -> str:
     """The trial table as text at ``width`` columns (settings wrap at word boundaries)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     grid = Table(box=None, pad_edge=False, show_edge=False)
     value_name = "val acc" if metric == "acc" else f"val {metric}"
@@ -135,7 +136,10 @@ def table(rows: list[TrialRow], metric: str, width: int = 80) -> str:
         settings = " ".join(f"{k}={shown_setting(v)}" for k, v in r.params.items())
         if r.reason:
             settings += f" [{r.reason}]"
-        grid.add_row(str(r.number), r.state, value, str(r.step), f"{r.cpu_s:.0f}", settings)
+        # Plain text: rich would read "[interrupted; ...]" or a failure's "[...]" as markup
+        # and drop it.
+        grid.add_row(*map(Text, (str(r.number), r.state, value, str(r.step), f"{r.cpu_s:.0f}",
+                                 settings)))
     import io
 
     console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
