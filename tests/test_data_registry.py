@@ -50,19 +50,19 @@ def tiny(split: str, *, image_size: int) -> ClassDataset:
 
 
 def test_the_built_in_table() -> None:
-    assert dataset_names() == ["glyphs", "omniglot", "rgb-shapes", "folder", "mini-imagenet",
-                               "cub", "sinusoid"]
+    assert dataset_names() == ["glyphs", "omniglot", "rgb-shapes", "patterns", "folder",
+                               "mini-imagenet", "cub", "sinusoid"]
     sizes = {n: dataset_type(n).image_size for n in dataset_names()}
-    assert sizes == {"glyphs": 28, "omniglot": 28, "rgb-shapes": 84, "folder": 84,
-                     "mini-imagenet": 84, "cub": 84, "sinusoid": None}, sizes
+    assert sizes == {"glyphs": 28, "omniglot": 28, "rgb-shapes": 84, "patterns": 28,
+                     "folder": 84, "mini-imagenet": 84, "cub": 84, "sinusoid": None}, sizes
     assert [n for n in dataset_names() if reads_data_root(n)] == [
         "omniglot", "folder", "mini-imagenet", "cub"]
     assert dataset_type("glyphs").splits == ("background", "validation", "evaluation")
     assert dataset_type("sinusoid").kind == "regression"
-    assert dataset_help() == ("glyphs, rgb-shapes (generated); omniglot, folder, "
+    assert dataset_help() == ("glyphs, rgb-shapes, patterns (generated); omniglot, folder, "
                               "mini-imagenet, cub (need --data-root); sinusoid (regression)")
-    assert image_size_help() == ("glyphs, omniglot (28px); rgb-shapes, folder, mini-imagenet, "
-                                 "cub (84px)")
+    assert image_size_help() == ("glyphs, omniglot, patterns (28px); rgb-shapes, folder, "
+                                 "mini-imagenet, cub (84px)")
 
 
 def test_a_split_loads_through_the_registry_as_through_its_loader(tmp_path: Path,

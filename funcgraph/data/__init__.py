@@ -1,7 +1,8 @@
 """Few-shot data: embedded generated sets, datasets from disk, augmentation, task sampling.
 
 Nothing here downloads. ``load_glyphs`` generates (then caches) an Omniglot-like dataset
-from a seed and ``load_rgb_shapes`` a mini-ImageNet-sized RGB one; ``load_omniglot``,
+from a seed, ``load_rgb_shapes`` a mini-ImageNet-sized RGB one and ``load_patterns`` a
+grayscale texture set kept for confirming tuned defaults; ``load_omniglot``,
 ``load_folder``, ``load_mini_imagenet`` and ``load_cub`` read layouts from disk (the RGB ones
 through a decoded, memory-mapped cache); ``random_crop``, ``horizontal_flip`` and
 ``color_jitter`` are keyed augmentations; ``sample_tasks`` turns any :class:`ClassDataset`
@@ -24,6 +25,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "folders": ("load_cub", "load_folder", "load_mini_imagenet"),
     "glyphs": ("generate_glyphs", "load_glyphs"),
     "omniglot": ("load_omniglot",),
+    "patterns": ("generate_patterns", "load_patterns"),
     "registry": ("DatasetType", "dataset_names", "dataset_type", "register_dataset"),
     "rgb_shapes": ("generate_rgb_shapes", "load_rgb_shapes"),
     "sequences": ("SequenceTask",),
@@ -40,6 +42,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
     from .folders import load_cub, load_folder, load_mini_imagenet  # noqa: F401
     from .glyphs import generate_glyphs, load_glyphs  # noqa: F401
     from .omniglot import load_omniglot  # noqa: F401
+    from .patterns import generate_patterns, load_patterns  # noqa: F401
     from .registry import DatasetType, dataset_names, dataset_type, register_dataset  # noqa: F401
     from .rgb_shapes import generate_rgb_shapes, load_rgb_shapes  # noqa: F401
     from .sequences import SequenceTask  # noqa: F401

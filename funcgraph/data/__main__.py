@@ -5,6 +5,7 @@ Example::
 
     python -m funcgraph.data --split evaluation --preview glyphs.png --baseline 600
     python -m funcgraph.data --dataset rgb-shapes --split test --baseline 600
+    python -m funcgraph.data --dataset patterns --split test --baseline 600
 """
 
 from __future__ import annotations
@@ -21,21 +22,22 @@ from .tasks import TaskSpec, nearest_neighbour_accuracy
 
 EMBEDDED = [n for n in dataset_names()
             if dataset_type(n).kind == "classification" and not dataset_type(n).reads_data_root]
-"""The generated image sets of the dataset registry (glyphs, rgb-shapes): their loaders take
-``seed`` and ``cache_dir``; each previews and scores its held-out test split unless told."""
+"""The generated image sets of the dataset registry (glyphs, rgb-shapes, patterns): their
+loaders take ``seed`` and ``cache_dir``; each previews and scores its held-out test split
+unless told."""
 
 
 def main(argv: list[str] | None = None) -> None:
     """Generate (or load) a split, then optionally preview it and score the 1-NN baseline.
 
     Example: ``python -m funcgraph.data --split evaluation --preview out.png
-    --baseline 600`` (glyphs; ``--dataset rgb-shapes`` for the RGB set) prints the
-    load/generation time and the pixel-space 1-nearest-neighbour accuracy on 600 tasks with
-    its 95% confidence interval.
+    --baseline 600`` (glyphs; ``--dataset rgb-shapes`` or ``--dataset patterns`` for the
+    others) prints the load/generation time and the pixel-space 1-nearest-neighbour accuracy
+    on 600 tasks with its 95% confidence interval.
     """
     parser = argparse.ArgumentParser(
-        description="Generate a split of glyphs or rgb-shapes; write a preview grid and/or score "
-                    "the 1-NN baseline."
+        description=f"Generate a split of {', '.join(EMBEDDED)}; write a preview grid and/or "
+                    "score the 1-NN baseline."
     )
     parser.add_argument("--dataset", default="glyphs", choices=EMBEDDED)
     parser.add_argument("--split", default=None, help="; ".join(

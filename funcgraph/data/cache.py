@@ -1,7 +1,7 @@
 """The dataset cache: one safetensors file per split, written atomically, checked on load.
 
-Generated sets (glyphs, rgb-shapes) and decoded image folders share it. A file holds the
-pixels as uint8 (value * 255; generators quantise to that grid, so nothing is lost), for
+Generated sets (glyphs, rgb-shapes, patterns) and decoded image folders share it. A file holds
+the pixels as uint8 (value * 255; generators quantise to that grid, so nothing is lost), for
 classes of different sizes their ``counts``, and, in the safetensors header, the cache key
 (which the caller builds: generator version, seed, size, split; or a folder's content key),
 the class names and, when asked, the SHA-256 of the pixel bytes. Loading checks the key,

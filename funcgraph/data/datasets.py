@@ -32,7 +32,7 @@ from ..checks import check_int
 from ..errors import ConfigError, ShapeError
 
 CHANNELS = (1, 3)
-"""Grayscale (glyphs, Omniglot) or RGB (image folders, rgb-shapes)."""
+"""Grayscale (glyphs, patterns, Omniglot) or RGB (image folders, rgb-shapes)."""
 
 
 def check_split(fn: str, split: str, splits: Iterable[str]) -> str:

@@ -243,6 +243,7 @@ register_dataset("glyphs", load="funcgraph.data.glyphs:load_glyphs", splits=_OMN
 register_dataset("omniglot", load="funcgraph.data.omniglot:load_omniglot",
                  splits=_OMNIGLOT_SPLITS, image_size=28, reads_data_root=True)
 register_dataset("rgb-shapes", load="funcgraph.data.rgb_shapes:load_rgb_shapes", image_size=84)
+register_dataset("patterns", load="funcgraph.data.patterns:load_patterns", image_size=28)
 register_dataset("folder", load="funcgraph.data.folders:load_folder", image_size=84,
                  reads_data_root=True)
 register_dataset("mini-imagenet", load="funcgraph.data.folders:load_mini_imagenet",
