@@ -240,9 +240,11 @@ def from_module(
     """A pure Model of ``module``, with its CNN chains on funcgraph's fused layers.
 
     Arguments:
-        module, name, init: as :func:`funcgraph.model.from_module` (``init="reset"`` draws the
-            params from the key as the module's ``reset_parameters()`` would, ``"copy"``
-            keeps its values; buffers become the state).
+        module: the ``nn.Module``, as :func:`funcgraph.model.from_module` takes it.
+        name: the Model's name (default: the module's class name).
+        init: ``"reset"`` draws the params from the key as the module's
+            ``reset_parameters()`` would, ``"copy"`` keeps its values; buffers become the
+            state.
         fuse: rewrite a chain of convolutions, batch norms, activations, pooling and linear
             layers onto funcgraph's layers (see the module docstring); ``False`` runs the
             module's own forward through ``functional_call`` whatever it is.
