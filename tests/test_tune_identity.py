@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 from test_tune import TINY, options, runner, space_file
 
 from funcgraph.cli import app
@@ -50,28 +51,68 @@ def test_joining_a_study_with_another_space_is_one_line(tmp_path: Path) -> None:
     assert code == 0, lines
     other = tmp_path / "other.toml"
     other.write_text(TINY.format(fixed="").replace("steps = 4", "steps = 6"))
+    before = (tmp_path / "shared.journal").read_bytes()
     code, lines = run("run", str(other), "--study", str(tmp_path / "second"), "--storage",
                       journal, "--study-name", "first", "--trials", "1", "--threads", "1")
     assert code == 2 and len(lines) == 1, lines
-    assert "study 'first' in journal:" in lines[0] and "another fixed" in lines[0], lines
+    assert "study 'first' in journal:" in lines[0], lines
+    assert "([fixed] steps = 4 there, 6 here)" in lines[0], "names what differs"
+    assert (tmp_path / "shared.journal").read_bytes() == before, "nothing added to the store"
+    assert not (tmp_path / "second").exists(), "a refused study leaves no directory"
+    widened = tmp_path / "widened.toml"
+    widened.write_text(TINY.format(fixed="") + "meta_lr = { low = 0.001, high = 0.01 }\n")
+    code, lines = run("run", str(widened), "--study", str(tmp_path / "third"), "--storage",
+                      journal, "--study-name", "first", "--trials", "1", "--threads", "1")
+    assert code == 2 and "[space] meta_lr = (none) there, { low = 0.001, high = 0.01 } here" in (
+        lines[0]), lines
     storage = optuna.storages.JournalStorage(
         optuna.storages.journal.JournalFileBackend(str(tmp_path / "shared.journal")))
     assert len(optuna.load_study(study_name="first", storage=storage).trials) == 1, (
         "the other study is untouched")
+    code, lines = run("show", str(tmp_path / "first"), "--no-plots")
+    assert code == 0 and (tmp_path / "shared.journal").read_bytes() == before, (
+        "reading a study writes nothing to its store")
 
 
-def test_an_empty_store_is_refused_and_the_trials_are_kept(tmp_path: Path) -> None:
+def test_a_relative_journal_is_remembered_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    code, lines = run("run", str(space_file(tmp_path)), "--study", "study", "--storage",
+                      "journal:shared.journal", "--trials", "1", "--threads", "1")
+    assert code == 0, lines
+    monkeypatch.chdir(tmp_path)
+    code, lines = run("show", "here/study", "--no-plots")
+    assert code == 0 and any(line.startswith("best: trial 0") for line in lines), lines
+    assert not (tmp_path / "shared.journal").exists(), "no empty journal made elsewhere"
+    (tmp_path / "here" / "shared.journal").write_bytes(b"")
+    code, lines = run("show", "here/study", "--no-plots")
+    assert code == 2 and len(lines) == 1 and "shared.journal is empty (zero bytes)" in (
+        lines[0]), lines
+
+
+@pytest.mark.parametrize("record", ["kept", "lost"])
+def test_an_empty_store_is_refused_and_the_trials_are_kept(tmp_path: Path,
+                                                          record: str) -> None:
+    """Also where ``study.json`` is gone (or the directory predates it): its trials show
+    that it holds a study."""
     opts = options(tmp_path, trials=1)
     tune(opts, echo=lambda _: None)
     trial = opts.study_dir / "trials" / "trial-0000"
     before = (trial / "config.json").read_text()
     (opts.study_dir / "study.db").write_bytes(b"")  # a full disk or a killed copy
-    for args in (["run", str(space_file(tmp_path)), "--study", str(opts.study_dir)],
+    if record == "lost":
+        (opts.study_dir / "study.json").unlink()
+    for args in (["run", str(space_file(tmp_path)), "--study", str(opts.study_dir),
+                  "--trials", "2"],
+                 ["run", str(space_file(tmp_path)), "--study", str(opts.study_dir),
+                  "--trials", "2", "--seed", "3"],
                  ["show", str(opts.study_dir)]):
         code, lines = run(*args)
         assert code == 2 and len(lines) == 1 and "is empty (zero bytes)" in lines[0], lines
     assert (opts.study_dir / "study.db").stat().st_size == 0, "nothing was changed"
     assert (trial / "config.json").read_text() == before
+    assert sorted(p.name for p in trial.parent.iterdir()) == ["trial-0000"]
 
 
 def test_a_replaced_store_is_refused_and_no_trial_directory_is_taken(tmp_path: Path) -> None:

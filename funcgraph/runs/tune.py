@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import ConfigError, RunDirectoryError
 from ..files import atomic_write
 from ..plugins import import_plugins
-from ..train.ownership import RunLock
+from ..train.ownership import OWN_FILES, RunLock
 from .tune_objective import Objective, describe
 from .tune_space import check_model_knobs, parse_space
 from .tune_study import (
@@ -106,23 +106,39 @@ def stop_on_sigterm() -> None:
 def prepare(opts: TuneOptions) -> RunLock | None:
     """Check and claim the study directory: the space file it was started with must equal
     ``opts.space`` (a changed space is a new study), and without ``--storage`` no other
-    process may hold the directory. Returns the held lock (``None`` with a shared store)."""
+    process may hold the directory. Returns the held lock (``None`` with a shared store).
+    The space file is written once the study is open (:func:`keep_space`)."""
     opts.study_dir.mkdir(parents=True, exist_ok=True)
     lock = None if opts.shared else RunLock(opts.study_dir).acquire()
     stored = opts.study_dir / SPACE_FILE
     try:
-        if stored.is_file():
-            if parse_space(_toml(stored), stored.read_text()) != opts.space:
-                raise ConfigError(f"{opts.study_dir}: the study was started with another "
-                                  f"space ({stored}); use a new study directory, or the same "
-                                  "space file")
-        else:
-            atomic_write(stored, opts.space.text.encode())
+        if stored.is_file() and parse_space(_toml(stored), stored.read_text()) != opts.space:
+            raise ConfigError(f"{opts.study_dir}: the study was started with another space "
+                              f"({stored}); use a new study directory, or the same space file")
     except BaseException:
         if lock is not None:
             lock.release()
         raise
     return lock
+
+
+def keep_space(opts: TuneOptions) -> None:
+    """Write ``STUDY/space.toml`` (the space the study was started with), once."""
+    stored = opts.study_dir / SPACE_FILE
+    if not stored.is_file():
+        atomic_write(stored, opts.space.text.encode())
+
+
+def _remove_if_bare(folder: Path) -> None:
+    """Remove ``folder`` if it holds nothing but its lock files: a study directory this call
+    made for a study that was refused."""
+    try:
+        if all(p.name in OWN_FILES for p in folder.iterdir()):
+            for p in folder.iterdir():
+                p.unlink()
+            folder.rmdir()
+    except OSError:
+        pass  # another process wrote there meanwhile: leave it
 
 
 def _toml(path: Path) -> dict[str, Any]:
@@ -138,9 +154,13 @@ def tune(opts: TuneOptions, echo: Echo = print) -> Any:
     each, which saves its trial, and the study can be resumed by running the same call.
     """
     check_model_knobs(opts.space)
+    fresh = not opts.study_dir.exists()
     lock = prepare(opts)
+    opened = False
     try:
         study = open_study(opts)
+        opened = True
+        keep_space(opts)
         again = recover(study, owned=not opts.shared)
         if again:
             echo(f"retrying interrupted trial(s) {', '.join(map(str, again))} from their "
@@ -153,6 +173,8 @@ def tune(opts: TuneOptions, echo: Echo = print) -> Any:
     finally:
         if lock is not None:
             lock.release()
+        if fresh and not opened:  # a refused study leaves no directory behind
+            _remove_if_bare(opts.study_dir)
 
 
 def _run_workers(opts: TuneOptions) -> None:
@@ -174,4 +196,4 @@ def _run_workers(opts: TuneOptions) -> None:
                                 "finished trial, run the same command to resume")
 
 
-__all__ = ["TuneOptions", "prepare", "run_worker", "stop_on_sigterm", "tune"]
+__all__ = ["TuneOptions", "keep_space", "prepare", "run_worker", "stop_on_sigterm", "tune"]

@@ -24,6 +24,7 @@ from .tune_space import SearchSpace
 
 STUDY_FILE = "study.json"
 DB_FILE = "study.db"
+TRIALS_DIR = "trials"
 IDENTITY_KEYS = ("algo", "dataset", "tasks", "fixed", "space")
 """Study attributes that must match for a directory to join a study that exists."""
 
@@ -58,6 +59,7 @@ def study_record(study_dir: Path, *, name: str | None = None,
     the directory's name."""
     path = study_dir / STUDY_FILE
     db = (study_dir / DB_FILE).resolve()
+    storage = absolute(storage)
     if not path.is_file():
         return StudyRecord(name or study_dir.resolve().name, storage, db)
     try:
@@ -69,11 +71,55 @@ def study_record(study_dir: Path, *, name: str | None = None,
     if name is not None and name != recorded.name:
         raise ConfigError(f"--study-name {name}: {study_dir} holds study {recorded.name!r}; "
                           "use a new study directory for another study")
-    if storage is not None and storage != recorded.storage:
+    if storage is not None and storage != absolute(recorded.storage):
         raise ConfigError(f"--storage {storage}: {study_dir} was started on "
                           f"{recorded.storage or 'its own ' + DB_FILE}; leave --storage out "
                           "(the directory remembers it) or use a new study directory")
     return recorded
+
+
+def absolute(storage: str | None) -> str | None:
+    """``storage`` with a file store's relative path made absolute (``journal:PATH``,
+    ``sqlite:///PATH``), so the directory's record names the same file from any working
+    directory."""
+    for scheme in ("journal:", "sqlite:///"):
+        if storage is not None and storage.startswith(scheme):
+            path = storage[len(scheme):]
+            if path and path != ":memory:" and not Path(path).is_absolute():
+                return scheme + str(Path(path).resolve())
+    return storage
+
+
+def store_file(record: StudyRecord) -> Path | None:
+    """The file that holds the study, where its store is a local file."""
+    if record.storage is None:
+        return record.db_path
+    for scheme in ("journal:", "sqlite:///"):
+        if record.storage.startswith(scheme):
+            return Path(record.storage[len(scheme):])
+    return None
+
+
+def started(study_dir: Path) -> bool:
+    """Whether ``study_dir`` holds a study: its record (``study.json``) or a trial's run
+    directory (a directory from before ``study.json``)."""
+    trials = study_dir / TRIALS_DIR
+    return (study_dir / STUDY_FILE).is_file() or (
+        trials.is_dir() and any(p.name.startswith("trial-") for p in trials.iterdir()))
+
+
+def no_study(study_dir: Path, record: StudyRecord, names: list[str]) -> str:
+    """The line that refuses a directory whose store holds no study of its name."""
+    holds = f" (it holds {', '.join(map(repr, names))})" if names else ""
+    if (study_dir / STUDY_FILE).is_file():
+        why = ("though the directory was started on it: an empty or replaced store? Restore "
+               "it, or start a new study directory")
+    elif started(study_dir):
+        why = (f"though the directory holds trials ({TRIALS_DIR}/): give --study-name NAME "
+               "for its study in the store, restore the store, or start a new study directory")
+    else:
+        why = "start one with funcgraph tune run SPACE --study DIR"
+    return f"{study_dir}: its storage holds no study {record.name!r}{holds}; {why}"
 
 
 def remember(study_dir: Path, record: StudyRecord) -> None:
@@ -84,16 +130,19 @@ def remember(study_dir: Path, record: StudyRecord) -> None:
 
 
 def check_store(study_dir: Path, record: StudyRecord) -> None:
-    """Refuse a default store that cannot hold the directory's study: a zero-length or
-    missing ``study.db`` in a directory that was started (SQLite would silently make an
-    empty database of it)."""
-    if record.storage is not None or not (study_dir / STUDY_FILE).is_file():
+    """Refuse a store file that cannot hold the directory's study: a zero-length or missing
+    ``study.db`` (or journal file, or SQLite file of ``--storage``) where the directory holds
+    a study (:func:`started`); SQLite and Optuna's journal would silently start an empty one
+    there."""
+    path = store_file(record)
+    if path is None or not started(study_dir):
         return
-    db = study_dir / DB_FILE
-    if not db.is_file() or db.stat().st_size == 0:
-        state = "is missing" if not db.is_file() else "is empty (zero bytes)"
-        raise ConfigError(f"{db} {state}, though {study_dir} holds a study; restore it from "
-                          "a backup, or start a new study directory (nothing was changed)")
+    if not path.is_file() or path.stat().st_size == 0:
+        shown = study_dir / DB_FILE if record.storage is None else path
+        state = "is missing" if not path.is_file() else "is empty (zero bytes)"
+        raise ConfigError(f"{shown} {state}, though {study_dir} holds a study; restore it "
+                          "from a backup, or start a new study directory (nothing was "
+                          "changed)")
 
 
 def attributes(space: SearchSpace, metric: str) -> dict[str, Any]:
@@ -116,17 +165,41 @@ def check_identity(study: Any, record: StudyRecord, space: SearchSpace, metric: 
         for key, value in (mine.items() if write else ()):
             study.set_user_attr(key, value)
         return
-    differ = [k for k in IDENTITY_KEYS if _canonical(held.get(k)) != _canonical(mine[k])]
+    differ = [_difference(k, held.get(k), mine[k]) for k in IDENTITY_KEYS
+              if _canonical(held.get(k)) != _canonical(mine[k])]
     if differ:
         where = record.storage or DB_FILE
-        raise ConfigError(f"study {record.name!r} in {where} was started with another "
-                          f"{' and '.join(differ)}; give this study its own name "
+        raise ConfigError(f"study {record.name!r} in {where} was started with another space "
+                          f"({'; '.join(differ)}); give this study its own name "
                           "(--study-name NAME, or another study directory)")
+
+
+def _difference(key: str, held: Any, mine: Any) -> str:
+    """What differs under one identity attribute, as ``[fixed] steps = 4 there, 6 here``."""
+    if key in ("fixed", "space") and isinstance(held, dict) and isinstance(mine, dict):
+        names = sorted(n for n in set(held) | set(mine)
+                       if _canonical(held.get(n)) != _canonical(mine.get(n)))
+        return ", ".join(f"[{key}] {n} = {_shown(held.get(n))} there, {_shown(mine.get(n))} "
+                         "here" for n in names)
+    return f"{key} = {_shown(held)} there, {_shown(mine)} here"
+
+
+def _shown(value: Any) -> str:
+    """A setting or knob as a space file writes it (a knob: ``{ low = 1, high = 2 }``)."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, dict):
+        if "choices" in value:
+            return f"{{ choices = {_canonical(value['choices'])} }}"
+        log = ", log = true" if value.get("log") else ""
+        return f"{{ low = {value.get('low')}, high = {value.get('high')}{log} }}"
+    return _canonical(value)
 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-__all__ = ["DB_FILE", "IDENTITY_KEYS", "STUDY_FILE", "StudyRecord", "attributes",
-           "check_identity", "check_store", "remember", "study_record"]
+__all__ = ["DB_FILE", "IDENTITY_KEYS", "STUDY_FILE", "TRIALS_DIR", "StudyRecord", "absolute",
+           "attributes", "check_identity", "check_store", "no_study", "remember", "started",
+           "store_file", "study_record"]

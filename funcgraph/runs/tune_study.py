@@ -16,17 +16,19 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .tune_identity import (
-    STUDY_FILE,
+    TRIALS_DIR,
     StudyRecord,
     check_identity,
     check_store,
+    no_study,
     remember,
+    started,
+    store_file,
     study_record,
 )
 from .tune_space import SearchSpace
 
 SPACE_FILE = "space.toml"
-TRIALS_DIR = "trials"
 MAX_RETRIES = 3
 """Times an interrupted or killed trial is retried (Optuna's ``RetryFailedTrialCallback``)
 before it stays failed."""
@@ -193,10 +195,10 @@ def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> An
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # trials get one line each from us
     record = opts.record
     check_store(opts.study_dir, record)
-    if not create and record.storage is None and not record.db_path.is_file():
+    stored = store_file(record)
+    if not create and stored is not None and not stored.is_file():  # opening would make it
         raise ConfigError(f"{opts.study_dir}: its storage holds no study {record.name!r} (no "
-                          f"{record.db_path.name}); start one with funcgraph tune run SPACE "
-                          "--study DIR")
+                          f"{stored.name}); start one with funcgraph tune run SPACE --study DIR")
     storage = open_storage(record.url, opts.heartbeat_s)
     try:
         names = optuna.get_all_study_names(storage)
@@ -204,26 +206,23 @@ def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> An
         raise ConfigError(f"{record.url}: cannot read the study store ({type(e).__name__}: "
                           f"{str(e).splitlines()[0]})") from None
     if record.name not in names:
-        started = (opts.study_dir / STUDY_FILE).is_file()
-        if started or not create:
-            holds = f" (it holds {', '.join(map(repr, names))})" if names else ""
-            why = ("though the directory was started on it: an empty or replaced store? "
-                   "Restore it, or start a new study directory" if started else
-                   "start one with funcgraph tune run SPACE --study DIR")
-            raise ConfigError(f"{opts.study_dir}: its storage holds no study "
-                              f"{record.name!r}{holds}; {why}")
+        if started(opts.study_dir) or not create:
+            raise ConfigError(no_study(opts.study_dir, record, names))
+        # load_if_exists: another worker may create it first.
+        optuna.create_study(study_name=record.name, storage=storage,
+                            direction=direction(opts.space), load_if_exists=True)
 
-    def make(sampler: Any) -> Any:
-        return optuna.create_study(
-            study_name=record.name, storage=storage, direction=direction(opts.space),
-            load_if_exists=True, sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
+    def load(sampler: Any) -> Any:
+        # Loading writes nothing to the store (create_study adds a journal entry each time).
+        return optuna.load_study(study_name=record.name, storage=storage, sampler=sampler,
+                                 pruner=make_pruner(opts.pruner, opts.space))
 
-    study = make(optuna.samplers.RandomSampler())
+    study = load(optuna.samplers.RandomSampler())
     check_identity(study, record, opts.space, metric_of(opts.space), write=create)
     if create:
         remember(opts.study_dir, record)
     held = len(study.get_trials(deepcopy=False))
-    return make(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held,
+    return load(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held,
                                            constant_liar=True))
 
 
