@@ -130,8 +130,9 @@ def test_a_trial_over_the_cpu_cap_is_pruned_with_that_reason(tmp_path: Path) -> 
     study = tune(options(tmp_path, trials=1, trial_cpu_s=1e-6), echo=lines.append)
     (trial,) = study.trials
     assert trial.state.name == "PRUNED" and "over the CPU cap" in trial.user_attrs["pruned"]
-    assert "over the CPU cap" in lines[0], lines
-    assert " projects " in lines[0] and "to step 4, over --trial-cpu-s 1e-06" in lines[0], lines
+    (line,) = [x for x in lines if x.startswith("trial 0:")]
+    assert "over the CPU cap" in line, lines
+    assert " projects " in line and "to step 4, over --trial-cpu-s 1e-06" in line, lines
 
 
 def test_a_second_tune_on_a_held_study_is_refused(tmp_path: Path) -> None:
