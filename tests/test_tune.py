@@ -77,7 +77,10 @@ def options(tmp_path: Path, **kw: object) -> TuneOptions:
     ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[space]\n'
      '"model.hidden" = { low = -2, high = 8 }', "model.hidden = -2 is refused"),
     ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[fixed]\n"model.hiddn" = 8\n[space]\n'
-     'inner_lr = { low = 0.1, high = 1.0 }', "[fixed] the model values is refused"),
+     'inner_lr = { low = 0.1, high = 1.0 }', "[fixed] model.hiddn = 8 is refused: model mlp: "
+     "model.params.hiddn: unknown parameter of mlp"),
+    ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[fixed]\n"model.hiddn" = 8\n[space]\n'
+     '"model.in_features" = { choices = [1] }', "[fixed] model.hiddn = 8 is refused"),
     ('[study]\nalgo = "maml"\ndataset = "sinusoid"\n[space]\n'
      '"model.in_features" = { choices = [1] }\n"model.hiddn" = { choices = [8, 16] }',
      "[space] model.hiddn = 8 is refused"),

@@ -305,15 +305,20 @@ def check_model_knobs(space: SearchSpace) -> None:
 
     cfg = space.config({})
     sources = sources_for(cfg)
+    fixed = {k: v for k, v in space.fixed.items() if k.startswith(MODEL_PREFIX)}
     low = {k.name: k.extremes()[0] for k in knobs}
-    cases = [(f"[space] {k.name} = {v!r}", {k.name: v}) for k in knobs
-             for v in k.extremes()]
-    cases += [("[space] the model knobs' lower ends together", low)] if len(knobs) > 1 else []
-    cases = cases or [("[fixed] the model values", {})]
-    for where, drawn in cases:
+    # Each fixed value alone first, so a bad one is named, not the knob checked beside it.
+    cases = [(f"[fixed] {name} = {value!r}", {name[len(MODEL_PREFIX):]: _text(value)})
+             for name, value in fixed.items()]
+    cases += [("[fixed] the model values together", space.model_overrides({}))] if (
+        len(fixed) > 1) else []
+    cases += [(f"[space] {k.name} = {v!r}", space.model_overrides({k.name: v}))
+              for k in knobs for v in k.extremes()]
+    cases += [("[space] the model knobs' lower ends together", space.model_overrides(low))
+              ] if len(knobs) > 1 else []
+    for where, overrides in cases:
         try:
-            resolve_model(model_config(cfg.algo, sources,
-                                       overrides=space.model_overrides(drawn)))
+            resolve_model(model_config(cfg.algo, sources, overrides=overrides))
         except FuncgraphError as e:
             raise ConfigError(f"{where} is refused: {e}") from None
 
