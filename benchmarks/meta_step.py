@@ -444,7 +444,11 @@ def main() -> None:
         diff = torch.cat([(got[n] - want[n]).flatten() for n in want])
         err = (diff.norm() / torch.cat([w.flatten() for w in want.values()]).norm()).item()
         print(json.dumps({"check": name, "rel_grad_diff_vs_baseline": err}))
-        if err > 1e-3:
+        spec = specs.get(name.removeprefix("funcgraph "))
+        # bfloat16 keeps ~3 digits and the meta-gradient is a difference of large terms: tens
+        # of percent off float64 at initialisation (docs/meta-learning.md), for any library
+        limit = 0.5 if spec is not None and spec.precision == "bf16" else 1e-3
+        if err > limit:
             raise SystemExit(f"{name}: meta-gradient differs from the baseline ({err:.2e})")
 
     from torch.utils.flop_counter import FlopCounterMode
