@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from funcgraph import random
 from funcgraph.cli import app
-from funcgraph.errors import ConfigError
+from funcgraph.errors import CheckpointError, ConfigError
 from funcgraph.meta import Task
 from funcgraph.runs import (
     MetaTrainConfig,
@@ -150,6 +150,17 @@ def test_resume_alone_continues_the_run_with_its_recorded_options(tmp_path: Path
     assert result.exit_code == 2, result.output
     assert f"options differ from the run in {cut}: inner_lr: 0.02 -> 0.5\n" in result.output, (
         result.output)
+
+
+def test_resume_without_a_run_is_one_line_and_makes_no_directory(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["meta-train", "--resume", "--out", str(tmp_path / "none")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"--resume: no run to resume in {tmp_path / 'none'}" in lines[0], lines
+    assert not (tmp_path / "none").exists(), "a refused resume makes no run directory"
+    with pytest.raises(CheckpointError, match="no run to resume"):
+        run_quiet(config(2), tmp_path / "lib", sources=sources(), resume=True)
+    assert not (tmp_path / "lib").exists(), "the library refuses it before the lock too"
 
 
 def test_remat_run_follows_the_default_run(tmp_path: Path) -> None:

@@ -228,8 +228,9 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     or model are built.
 
     Returns the ``config.json`` of the run that ``--resume`` continues (the command continues
-    it with the recorded options, :func:`resumed_config`), or None for a new run and for a
-    ``--resume`` with no run in ``--out`` (which the run directory refuses).
+    it with the recorded options, :func:`resumed_config`), or None for a new run; a
+    ``--resume`` with no run in ``--out`` is refused here, before the run directory is named
+    or made (:func:`funcgraph.train.run_dir.check_resumable`).
     """
     from ..allocator import keep_freed_memory
     from ..train.events import require_tensorboard
@@ -242,9 +243,11 @@ def start_run(*, threads: int, imports: list[str] | None, tensorboard: bool, res
     if resume and out is None:
         raise typer.BadParameter("--resume needs --out RUN_DIR (the run to continue)",
                                  param_hint="--resume")
-    if resume and out is not None and (out / "config.json").is_file():  # its --import modules
+    if resume and out is not None:  # the run's --import modules
         from ..train import Run
+        from ..train.run_dir import check_resumable
 
+        check_resumable(out)
         recorded = Run.open(out).config
         import_recorded(recorded, out)
         return recorded

@@ -36,6 +36,14 @@ from .ownership import CONFIG_FILE, RunLock, check_out_dir
 METRICS_FILE = "metrics.jsonl"
 
 
+def check_resumable(out: str | Path) -> None:
+    """Refuse ``--resume`` where ``out`` holds no run (no ``config.json``), in one line."""
+    config = Path(out) / CONFIG_FILE
+    if not config.is_file():
+        raise CheckpointError(f"--resume: no run to resume in {out} (expected {config}); "
+                              "start it without --resume")
+
+
 @dataclass(frozen=True)
 class Run:
     """Handle on a run directory; create with :meth:`create` or :meth:`open`.
@@ -90,6 +98,8 @@ class Run:
         if imported_plugins():  # what a later evaluate, export or --resume must import
             resolved.setdefault("imports", imported_plugins())
         check_out_dir(path)
+        if resume:
+            check_resumable(path)  # before the lock makes the directory
         if tensorboard:
             require_tensorboard()
         lock = RunLock(path).acquire()
@@ -111,9 +121,8 @@ class Run:
         stored_path = path / CONFIG_FILE
         done = _steps_done(path / "checkpoints" / "last") if stored_path.exists() else 0
         if done == 0:
-            if resume and not stored_path.exists():
-                raise CheckpointError(f"--resume: no run to resume in {path} (expected "
-                                      f"{stored_path}); start it without --resume")
+            if resume:
+                check_resumable(path)
             for leftover in (path / METRICS_FILE, path / "checkpoints"):
                 if leftover.is_dir():
                     shutil.rmtree(leftover)
@@ -230,4 +239,4 @@ def _steps_done(last: Path) -> int:
     return checkpoint_step(last) if checkpoint_exists(last) else 0
 
 
-__all__ = ["CONFIG_FILE", "METRICS_FILE", "Run"]
+__all__ = ["CONFIG_FILE", "METRICS_FILE", "Run", "check_resumable"]
