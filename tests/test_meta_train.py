@@ -163,6 +163,49 @@ def test_resume_without_a_run_is_one_line_and_makes_no_directory(tmp_path: Path)
     assert not (tmp_path / "lib").exists(), "the library refuses it before the lock too"
 
 
+BROKEN_LEARNER = """
+import torch
+from dataclasses import replace
+from funcgraph.meta import register_algorithm
+from funcgraph.meta.maml import build_maml
+from funcgraph.meta.settings import MamlSettings
+
+
+def build(apply, settings, info):
+    def task_grad(params, task):
+        return torch.zeros(2, 3) @ torch.zeros(4, 5)  # the mistake
+
+    return replace(build_maml(apply, settings, info), task_grad=task_grad)
+
+
+register_algorithm("broken_maml", settings=MamlSettings, build=build,
+                   kinds=("regression",), summary="a learner with a shape mistake")
+"""
+
+
+def test_a_learners_own_torch_error_names_its_line(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch error in a plugin learner is one line before anything is written, and names
+    the user's line (the model's fit is not the cause)."""
+    import sys
+
+    from funcgraph.meta.registry import unregister_algorithm
+
+    plugin = tmp_path / "broken_learner.py"
+    plugin.write_text(BROKEN_LEARNER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        result = runner.invoke(app, ["meta-train", "--import", "broken_learner", "--algo",
+                                     "broken_maml", "--dataset", "sinusoid", "--steps", "2",
+                                     "--threads", "1", "--out", str(tmp_path / "run")])
+    finally:
+        unregister_algorithm("broken_maml")
+        sys.modules.pop("broken_learner", None)
+    assert result.exit_code == 2, result.output
+    assert "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)" in result.output
+    assert f"(at {plugin}:11)" in result.output, result.output
+
+
 def test_remat_run_follows_the_default_run(tmp_path: Path) -> None:
     """The rematerialised meta-gradient trains the same model (equal to rounding)."""
     plain = run_quiet(config(3), tmp_path / "plain", sources=sources())
