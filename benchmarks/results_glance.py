@@ -58,8 +58,8 @@ class Runs:
 @dataclass(frozen=True)
 class Speed:
     """One meta-step's speed-up: funcgraph's fastest variant (among those named ``ours``, or
-    all) over the row named exactly ``against`` in the newest ``meta_step`` record that has
-    both at ``queries`` queries per class."""
+    all float32 ones) over the row named exactly ``against`` in the newest ``meta_step``
+    record that has both at ``queries`` queries per class."""
 
     label: str
     queries: int
@@ -72,14 +72,50 @@ class Speed:
                     if "variant" in f and f.get("config", {}).get("queries") == self.queries}
             other = rows.get(self.against)
             ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
-                not self.ours or v in self.ours)}
+                v in self.ours if self.ours else "+bf16" not in v)}  # float32 unless named
             if other and ours:
                 best = min(ours, key=ours.__getitem__)
                 return f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')})"
         return None
 
 
-GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
+@dataclass(frozen=True)
+class Split:
+    """Where the speed-up of funcgraph's variant ``ours`` at ``queries`` comes from: conv4's
+    rewrites (the baseline on funcgraph's conv4) and the engine (the rest), from the newest
+    ``meta_step`` record that splits it."""
+
+    label: str
+    queries: int
+    ours: str
+
+    def figure(self, read: Records) -> str | None:
+        for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
+            for f in record["figures"]:
+                if f.get("split_of") == self.ours and any(
+                        g.get("config", {}).get("queries") == self.queries
+                        for g in record["figures"]):
+                    return (f"{f['speedup_vs_baseline']:.2f}x = {f['rewrites']:.2f}x from "
+                            f"conv4's rewrites * {f['machinery']:.2f}x from the engine")
+        return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The four standard settings table (``benchmarks/results_settings.py``): how many of its
+    cells have records."""
+
+    label: str
+
+    def figure(self, read: Records) -> str | None:
+        from results_settings import ALGORITHMS, SETTINGS, cell
+
+        cells = [cell(read, a, s) for a in ALGORITHMS for s in SETTINGS]
+        done = sum(not c.startswith("not recorded") for c in cells)
+        return f"{done} of {len(cells)} cells recorded" if done else None
+
+
+GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
     (Runs("The README's run: ProtoNet, glyphs 5-way 1-shot", ("readme",), "glyphs"), META),
     (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`)",
           ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "threads": None}),
@@ -95,6 +131,9 @@ GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
     (Runs("MAML at about the tuned MAML++'s CPU time on the confirmation set (`--steps 1600`)",
           ("confirmation",), "rgb-shapes 28px", {"algo": "maml", "steps": "1600"}, (0, 1, 2)),
      META),
+    (Settings("ProtoNet, MAML and MAML++ defaults on glyphs in the four standard settings "
+              "(5-way and 20-way, 1-shot and 5-shot)"),
+     META + "#the-four-standard-settings"),
     (Speed("One MAML meta-step (conv4, 32 tasks, one thread), 15 queries per class: speed-up "
            "over a clone-and-adapt loop",
            15, "baseline (clone-and-adapt loop)"), META),
@@ -102,6 +141,12 @@ GLANCE: tuple[tuple[Runs | Speed, str], ...] = (
            "higher (innerloop_ctx, installed)"), META),
     (Speed("The same at 1 query per class (the meta-train default)",
            1, "baseline (clone-and-adapt loop)"), META),
+    (Split("At 1 query, funcgraph's conv4 (vmap): the model's part and the engine's", 1,
+           "funcgraph vmap"), META),
+    (Speed("At 1 query, the same conv4 written as a plain `nn.Module`, `meta.maml(module)`",
+           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module",)), META),
+    (Speed("At 1 query, `maml(module)` with the meta-step compiled (`compile=True`)",
+           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",)), META),
 )
 
 

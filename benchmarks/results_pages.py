@@ -31,6 +31,7 @@ from typing import Any
 
 from results_glance import render_glance
 from results_plots import draw, stale_plots
+from results_settings import settings_table
 from results_tables import block
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +50,15 @@ def read(name: str, results: Path = RESULTS) -> list[dict[str, Any]]:
 
 
 def render(text: str, results: Path = RESULTS) -> str:
-    """``text`` with every marked block regenerated from its records."""
-    return BLOCK.sub(lambda m: m[1] + block(read(m[2], results)) + m[4], text)
+    """``text`` with every marked block regenerated from its records; the block of
+    ``standard-settings`` starts with the four-settings table
+    (``benchmarks/results_settings.py``)."""
+    def regenerate(m: re.Match[str]) -> str:
+        table = (settings_table(lambda name: read(name, results)) + "\n"
+                 if m[2] == "standard-settings" else "")
+        return m[1] + table + block(read(m[2], results)) + m[4]
+
+    return BLOCK.sub(regenerate, text)
 
 
 def main(argv: list[str] | None = None) -> int:
