@@ -182,10 +182,8 @@ def meta_train(
              "time each on the first batch.")] = StrategyChoice.auto,
     compile_: Annotated[bool, typer.Option(
         "--compile", rich_help_panel=ALGORITHM_PANEL,
-        help="Compile the whole meta-gradient with torch.compile (inner loop, second order, "
-             "the loop or vmap over tasks): the first steps compile (about a minute for a "
-             "conv4 on a CPU; torch's cache makes later runs faster), an op that cannot be "
-             "compiled is named and the step runs eagerly.")] = False,
+        help="Compile the whole meta-gradient with torch.compile (first step: about a "
+             "minute on a CPU; docs/meta-learning.md).")] = False,
     validate_every: Annotated[int | None, typer.Option(
         rich_help_panel=EVAL_PANEL,
         min=0, max=10**7, help="Validate every N steps (0: never).")] = None,
