@@ -177,9 +177,9 @@ def meta_train(
              "on for mamlpp).")] = None,
     strategy: Annotated[StrategyChoice, typer.Option(
         rich_help_panel=ALGORITHM_PANEL,
-        help="Run tasks in a loop, on one worker thread per CPU thread (--threads), or "
-             "vmapped; auto = the measured default for the device and task size, measure = "
-             "time each on the first batch.")] = StrategyChoice.auto,
+        help="Run tasks in a loop, on threads (one per --threads) or vmapped; auto: the "
+             "measured default for the device and task size; measure: time each.")
+    ] = StrategyChoice.auto,
     compile_: Annotated[bool, typer.Option(
         "--compile", rich_help_panel=ALGORITHM_PANEL,
         help="Compile the whole meta-gradient with torch.compile (first step: about a "
