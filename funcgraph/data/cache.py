@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from ..files import atomic_write
+from .datasets import ClassDataset
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,27 @@ class Cached:
     pixels: Tensor
     class_names: list[str]
     counts: Tensor | None
+
+
+def generated_split(dataset: str, version: int, split: str, *, seed: int, image_size: int,
+                    cache_dir: Path | None, generate: Callable[[], ClassDataset],
+                    variation: str | None = None,
+                    as_read: Callable[[Tensor], Tensor] | None = None) -> ClassDataset:
+    """A generated data set's split, from the cache when a verified file for (``dataset``,
+    generator ``version``, ``seed``, ``image_size``, ``split``, ``variation``) is there,
+    else ``generate()``'s, written to the cache atomically (a corrupt or mismatching file is
+    regenerated). ``as_read`` converts the cached uint8 pixels (glyphs reads them as float)."""
+    meta = {"dataset": dataset, "generator_version": str(version), "seed": str(seed),
+            "image_size": str(image_size), "split": split,
+            **({"variation": variation} if variation is not None else {})}
+    path = cache_path(cache_dir, f"{dataset}-v{version}-seed{seed}-{image_size}px-{split}")
+    cached = load_cached(path, meta)
+    if cached is not None:
+        pixels = cached.pixels if as_read is None else as_read(cached.pixels)
+        return ClassDataset(pixels, cached.class_names, f"{dataset}/{split}")
+    ds = generate()
+    save_cached(path, ds.images, ds.class_names, meta)
+    return ds
 
 
 def cache_path(cache_dir: Path | None, stem: str) -> Path:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .. import random
 from ..errors import DataError
-from .cache import cache_path, load_cached, save_cached
+from .cache import generated_split
 from .datasets import ClassDataset, as_float, check_generator_args, check_split
 from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
 
@@ -107,17 +107,7 @@ def load_glyphs(
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
     check_generator_args("load_glyphs", split, SPLITS, seed, image_size)
-    meta = {
-        "dataset": "glyphs",
-        "generator_version": str(GENERATOR_VERSION),
-        "seed": str(seed),
-        "image_size": str(image_size),
-        "split": split,
-    }
-    path = cache_path(cache_dir, f"glyphs-v{GENERATOR_VERSION}-seed{seed}-{image_size}px-{split}")
-    cached = load_cached(path, meta)
-    if cached is not None:
-        return ClassDataset(as_float(cached.pixels), cached.class_names, f"glyphs/{split}")
-    ds = generate_glyphs(split, seed=seed, image_size=image_size)
-    save_cached(path, ds.images, ds.class_names, meta)
-    return ds
+    return generated_split("glyphs", GENERATOR_VERSION, split, seed=seed, image_size=image_size,
+                           cache_dir=cache_dir, as_read=as_float,
+                           generate=lambda: generate_glyphs(split, seed=seed,
+                                                            image_size=image_size))

@@ -53,7 +53,7 @@ from torch import Tensor
 
 from .. import random
 from ..errors import DataError
-from .cache import cache_path, load_cached, save_cached
+from .cache import generated_split
 from .datasets import ClassDataset, check_generator_args, check_split
 
 GENERATOR_VERSION = 1
@@ -284,22 +284,11 @@ def load_patterns(
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
     check_generator_args("load_patterns", split, SPLITS, seed, image_size)
-    meta = {
-        "dataset": "patterns",
-        "generator_version": str(GENERATOR_VERSION),
-        "seed": str(seed),
-        "image_size": str(image_size),
-        "split": split,
-        "variation": str(asdict(Variation())),
-    }
-    stem = f"patterns-v{GENERATOR_VERSION}-seed{seed}-{image_size}px-{split}"
-    path = cache_path(cache_dir, stem)
-    cached = load_cached(path, meta)
-    if cached is not None:
-        return ClassDataset(cached.pixels, cached.class_names, f"patterns/{split}")
-    ds = generate_patterns(split, seed=seed, image_size=image_size)
-    save_cached(path, ds.images, ds.class_names, meta)
-    return ds
+    return generated_split("patterns", GENERATOR_VERSION, split, seed=seed,
+                           image_size=image_size, cache_dir=cache_dir,
+                           variation=str(asdict(Variation())),
+                           generate=lambda: generate_patterns(split, seed=seed,
+                                                  image_size=image_size))
 
 
 __all__ = ["FAMILIES", "GENERATOR_VERSION", "IMAGES_PER_CLASS", "NUM_CLASSES", "SPLITS",

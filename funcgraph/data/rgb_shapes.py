@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from .. import random
-from .cache import cache_path, load_cached, save_cached
+from .cache import generated_split
 from .datasets import ClassDataset, check_generator_args, check_split
 
 GENERATOR_VERSION = 1
@@ -168,22 +168,11 @@ def load_rgb_shapes(
     ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
     """
     check_generator_args("load_rgb_shapes", split, SPLITS, seed, image_size)
-    meta = {
-        "dataset": "rgb-shapes",
-        "generator_version": str(GENERATOR_VERSION),
-        "seed": str(seed),
-        "image_size": str(image_size),
-        "split": split,
-        "variation": str(asdict(Variation())),
-    }
-    stem = f"rgb-shapes-v{GENERATOR_VERSION}-seed{seed}-{image_size}px-{split}"
-    path = cache_path(cache_dir, stem)
-    cached = load_cached(path, meta)
-    if cached is not None:
-        return ClassDataset(cached.pixels, cached.class_names, f"rgb-shapes/{split}")
-    ds = generate_rgb_shapes(split, seed=seed, image_size=image_size)
-    save_cached(path, ds.images, ds.class_names, meta)
-    return ds
+    return generated_split("rgb-shapes", GENERATOR_VERSION, split, seed=seed,
+                           image_size=image_size, cache_dir=cache_dir,
+                           variation=str(asdict(Variation())),
+                           generate=lambda: generate_rgb_shapes(split, seed=seed,
+                                                  image_size=image_size))
 
 
 __all__ = ["GENERATOR_VERSION", "IMAGES_PER_CLASS", "SPLITS", "Variation",
