@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cache_checks import assert_cache_round_trip
 from cli_helpers import run_ok
 
 from funcgraph import random
@@ -138,19 +139,9 @@ def tiny_generator(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_cache_round_trip_and_a_damaged_file_is_regenerated(
     tmp_path: Path, tiny_generator: list[str]
 ) -> None:
-    first = load_patterns("test", seed=2, cache_dir=tmp_path, image_size=16)
-    path = cache_path(tmp_path, f"patterns-v{GENERATOR_VERSION}-seed2-16px-test")
-    assert path.is_file(), f"cache file {path.name} written"
-    second = load_patterns("test", seed=2, cache_dir=tmp_path, image_size=16)
-    assert tiny_generator == ["test"], "the second load must come from the cache"
-    assert torch.equal(first.images, second.images), "cached pixels differ from generated"
-    assert second.images.dtype == torch.uint8 and second.class_names == ["a", "b", "c"], second
-    data = bytearray(path.read_bytes())
-    data[-50] ^= 0xFF  # a pixel byte: the header parses, the digest does not match
-    path.write_bytes(bytes(data))
-    again = load_patterns("test", seed=2, cache_dir=tmp_path, image_size=16)
-    assert tiny_generator == ["test"] * 2, "a damaged cache must be regenerated"
-    assert torch.equal(again.images, first.images), "regenerated pixels differ"
+    assert_cache_round_trip(
+        lambda: load_patterns("test", seed=2, cache_dir=tmp_path, image_size=16),
+        cache_path(tmp_path, f"patterns-v{GENERATOR_VERSION}-seed2-16px-test"), tiny_generator)
 
 
 @pytest.mark.parametrize(("kw", "match"), [
