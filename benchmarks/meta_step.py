@@ -320,12 +320,14 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--variant", choices=("pool", "strided"), default="pool")
     p.add_argument("--strategies", default="loop,loop+remat,vmap8",
-                   help="funcgraph variants: loop, threads, vmap, vmapN (vmap N tasks at a "
-                        "time), each optionally +remat, +compile (the whole meta-gradient "
-                        "compiled; not with threads or remat), +bf16 (precision='bf16'), "
-                        "+module (meta.maml of conv4 written as a plain nn.Module, the "
-                        "user's path through from_module); loop+twin (funcgraph's maml over "
-                        "the nn.Module's forward by functional_call, no rewriting)")
+                   help="funcgraph variants: auto (what meta-train runs), loop, threads, "
+                        "vmap (the device's chunks: 16 tasks at a time on CPU), vmapN (vmap N "
+                        "tasks at a time), each optionally +remat, +compile (the whole "
+                        "meta-gradient compiled; not with threads or remat), +bf16 "
+                        "(precision='bf16'), +module (meta.maml of conv4 written as a plain "
+                        "nn.Module, the user's path through from_module); loop+twin "
+                        "(funcgraph's maml over the nn.Module's forward by functional_call, "
+                        "no rewriting)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
@@ -368,7 +370,7 @@ def main() -> None:
         """The variant of a spec such as ``vmap8+remat`` or ``vmap+module+compile``."""
         name, *flags = spec.split("+")
         unknown = set(flags) - {"remat", "compile", "twin", "module", "bf16"}
-        if unknown or not (name in ("loop", "threads") or name.startswith("vmap")) or (
+        if unknown or not (name in ("auto", "loop", "threads") or name.startswith("vmap")) or (
                 "compile" in flags and (name == "threads" or "remat" in flags)) or (
                 "twin" in flags and (name != "loop" or {"compile", "module"} & set(flags))):
             raise SystemExit(f"--strategies: cannot read {spec!r}")

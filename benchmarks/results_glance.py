@@ -65,11 +65,14 @@ class Speed:
     queries: int
     against: str
     ours: tuple[str, ...] = ()
+    conv4: str = "pool"
+    """conv4's variant in the record's config (``--variant``)."""
 
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             rows = {f["variant"]: f["s_per_step"] for f in record["figures"]
-                    if "variant" in f and f.get("config", {}).get("queries") == self.queries}
+                    if "variant" in f and f.get("config", {}).get("queries") == self.queries
+                    and f["config"].get("variant", "pool") == self.conv4}
             other = rows.get(self.against)
             ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
                 v in self.ours if self.ours else "+bf16" not in v)}  # float32 unless named
@@ -88,12 +91,15 @@ class Split:
     label: str
     queries: int
     ours: str
+    conv4: str = "pool"
+    """conv4's variant in the record's config (``--variant``)."""
 
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             for f in record["figures"]:
                 if f.get("split_of") == self.ours and any(
                         g.get("config", {}).get("queries") == self.queries
+                        and g["config"].get("variant", "pool") == self.conv4
                         for g in record["figures"]):
                     return (f"{f['speedup_vs_baseline']:.2f}x = {f['rewrites']:.2f}x from "
                             f"conv4's rewrites * {f['machinery']:.2f}x from the engine")
@@ -139,14 +145,19 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
            15, "baseline (clone-and-adapt loop)"), META),
     (Speed("The same meta-step: speed-up over `higher`", 15,
            "higher (innerloop_ctx, installed)"), META),
-    (Speed("The same at 1 query per class (the meta-train default)",
+    (Speed("The same at 1 query per class (meta-train's default query count)",
            1, "baseline (clone-and-adapt loop)"), META),
-    (Split("At 1 query, funcgraph's conv4 (vmap): the model's part and the engine's", 1,
-           "funcgraph vmap"), META),
+    (Split("At 1 query, funcgraph's conv4 (`strategy=\"auto\"`: vmap, 16 tasks at a time): "
+           "the model's part and the engine's", 1, "funcgraph auto"), META),
     (Speed("At 1 query, the same conv4 written as a plain `nn.Module`, `meta.maml(module)`",
-           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module",)), META),
+           1, "baseline (clone-and-adapt loop)", ("funcgraph auto+module",)), META),
     (Speed("At 1 query, `maml(module)` with the meta-step compiled (`compile=True`)",
            1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",)), META),
+    (Speed("meta-train's own default step (strided conv4, 1 query, two threads, "
+           "`strategy=\"auto\"`)", 1, "baseline (clone-and-adapt loop)", ("funcgraph auto",),
+           "strided"), META),
+    (Speed("The same strided conv4 as a plain `nn.Module`, `meta.maml(module)`", 1,
+           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), "strided"), META),
 )
 
 

@@ -539,11 +539,24 @@ def test_a_run_from_before_the_precision_setting_resumes(tmp_path: Path) -> None
     assert refused.exit_code == 2 and "precision" in refused.output
 
 
-def test_auto_says_when_its_strategy_needs_much_more_memory_than_the_loop() -> None:
-    from funcgraph.runs.meta_plan import AUTO_MEMORY_RATIO, plan_meta_train
+def test_auto_says_when_its_strategy_needs_much_more_memory_than_the_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from funcgraph.runs import meta_plan
+    from funcgraph.runs.meta_plan import AUTO_MEMORY_RATIO, auto_memory_note, plan_meta_train
     from funcgraph.runs.meta_train_config import default_config
     from funcgraph.runs.task_sources import sources_for
 
+    # The process's resident memory counts on both sides of the ratio: 10 task graphs of
+    # 10 MB beside 1 GB already held is no note, beside nothing it is.
+    mb = 2**20
+    assert auto_memory_note("vmap", 100 * mb, 10 * mb, 1024 * mb) is None
+    note = auto_memory_note("vmap", 100 * mb, 10 * mb, 0)
+    assert note is not None and "10.0x the loop's 10.0 MiB" in note, note
+    held = auto_memory_note("vmap", 3000 * mb, 10 * mb, 100 * mb)
+    assert held is not None and "with the 100.0 MiB this process holds" in held, held
+    assert "28.2x the loop's 110.0 MiB" in held, held
+
+    monkeypatch.setattr(meta_plan, "resident_bytes", lambda: 0)  # sinusoid's graphs are tiny
     auto = default_config("maml", "sinusoid", meta_batch=16)
     plan = plan_meta_train(auto, sources_for(auto), torch.device("cpu"))
     assert plan.memory_note is not None and "strategy vmap (auto" in plan.memory_note

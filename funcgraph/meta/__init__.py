@@ -43,8 +43,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "settings": ("AdaptSettings", "FomamlSettings", "ImamlSettings", "MamlSettings",
                  "MamlppSettings", "ProtonetSettings", "ReptileSettings", "Settings"),
     "step": ("StepMetrics", "meta_step"),
-    "strategy": ("CPU_VMAP_MAX_EXAMPLES", "DEFAULT_STRATEGY", "STRATEGIES", "default_strategy",
-                 "mean_task_grads", "measure_strategies", "resolve_strategy", "task_evals"),
+    "strategy": ("CPU_VMAP_CHUNK", "CPU_VMAP_MAX_EXAMPLES", "DEFAULT_STRATEGY", "STRATEGIES",
+                 "default_chunk_size", "default_strategy", "mean_task_grads",
+                 "measure_strategies", "resolve_strategy", "task_evals"),
     "task_stream": ("TaskStream", "tasks"),
     "trainer": ("MetaTrainer", "TrainState"),
 }
@@ -102,9 +103,11 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
     )
     from .step import StepMetrics, meta_step  # noqa: F401
     from .strategy import (  # noqa: F401
+        CPU_VMAP_CHUNK,
         CPU_VMAP_MAX_EXAMPLES,
         DEFAULT_STRATEGY,
         STRATEGIES,
+        default_chunk_size,
         default_strategy,
         mean_task_grads,
         measure_strategies,

@@ -72,6 +72,19 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
+def resident_bytes() -> int:
+    """This process's resident memory now (the torch runtime, data, models): ``VmRSS`` of
+    ``/proc/self/status`` on Linux, 0 where it cannot be read. A peak that a user sees is
+    this plus what a step allocates, so ratios of peaks count it on both sides."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return 0
+
+
 def fmt_bytes(n: float) -> str:
     """``1536`` -> ``"1.5 KiB"``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -20,7 +20,12 @@ from ..errors import ConfigError
 from ..meta.evaluate import TaskSampler
 from ..meta.learner import MetaLearner
 from ..meta.registry import algorithm_type
-from ..meta.strategy import STRATEGIES, examples_per_task, resolve_strategy
+from ..meta.strategy import (
+    STRATEGIES,
+    default_chunk_size,
+    examples_per_task,
+    resolve_strategy,
+)
 from ..model import Model, bind
 from ..params import Params, count, nbytes
 from ..placement import placed_model
@@ -32,6 +37,7 @@ from .memory import (
     check_memory,
     check_task_sizes,
     fmt_bytes,
+    resident_bytes,
 )
 from .meta_train_config import MetaTrainConfig, algorithm_settings, task_info
 from .probe import probe
@@ -203,7 +209,7 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
         cfg.strategy, device, examples_per_task=task_size(sources.train))
-    live = cfg.meta_batch if strategy == "vmap" else (
+    live = (default_chunk_size(device) or cfg.meta_batch) if strategy == "vmap" else (
         torch.get_num_threads() if strategy == "threads" else 1)
     state_bytes = 4 * nbytes(meta_params)
     data_bytes = cfg.meta_batch * task_bytes(sources.train)
@@ -214,13 +220,25 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
                             f"{fmt_bytes(data_bytes)} of meta-batch data, params and Adam "
                             "state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
-    loop = state_bytes + data_bytes + per_task
     note = None
-    if cfg.strategy == "auto" and memory.needed > AUTO_MEMORY_RATIO * loop:
-        note = (f"strategy {strategy} (auto, the faster here): about "
-                f"{fmt_bytes(memory.needed)}, {memory.needed / loop:.1f}x the loop's "
-                f"{fmt_bytes(loop)}; --strategy loop holds one task graph at a time")
+    if cfg.strategy == "auto":
+        resident = resident_bytes() if device.type == "cpu" else 0
+        note = auto_memory_note(strategy, memory.needed, state_bytes + data_bytes + per_task,
+                                resident)
     return MetaTrainPlan(cfg, learner, meta_params, memory, note)
+
+
+def auto_memory_note(strategy: str, needed: int, loop: int, resident: int) -> str | None:
+    """The line ``--strategy auto`` shows when ``strategy``'s peak (``needed`` bytes beside
+    the ``resident`` bytes the process already holds) is over :data:`AUTO_MEMORY_RATIO` times
+    the loop's (``loop`` bytes beside the same); ``None`` when it is not."""
+    ratio = (resident + needed) / (resident + loop)
+    if ratio <= AUTO_MEMORY_RATIO:
+        return None
+    held = f", with the {fmt_bytes(resident)} this process holds" if resident else ""
+    return (f"strategy {strategy} (auto, the faster here): about "
+            f"{fmt_bytes(resident + needed)}{held}, {ratio:.1f}x the loop's "
+            f"{fmt_bytes(resident + loop)}; --strategy loop holds one task graph at a time")
 
 
 AUTO_MEMORY_RATIO = 1.5
@@ -228,6 +246,6 @@ AUTO_MEMORY_RATIO = 1.5
 more than this many times the loop's memory."""
 
 
-__all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "build_learner", "check_fit",
-           "default_model_config", "eval_strategy", "init_params", "model_config",
+__all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "auto_memory_note", "build_learner",
+           "check_fit", "default_model_config", "eval_strategy", "init_params", "model_config",
            "plan_meta_train", "run_model", "running_stats_twin", "task_bytes", "task_size"]
