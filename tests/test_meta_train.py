@@ -566,3 +566,60 @@ def test_auto_says_when_its_strategy_needs_much_more_memory_than_the_loop(
     assert plan_meta_train(loop, sources_for(loop), torch.device("cpu")).memory_note is None
     one = default_config("maml", "sinusoid", meta_batch=1)
     assert plan_meta_train(one, sources_for(one), torch.device("cpu")).memory_note is None
+
+
+def test_max_memory_maps_fewer_tasks_at_a_time_and_refuses_what_cannot_fit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from funcgraph.runs import meta_plan
+    from funcgraph.runs.memory import parse_bytes
+    from funcgraph.runs.meta_plan import bounded_tasks, plan_meta_train
+    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.task_sources import sources_for
+
+    assert parse_bytes("--max-memory", "2GiB") == 2 * 2**30
+    assert parse_bytes("--max-memory", "1.5 GB") == 1_500_000_000
+    assert parse_bytes("--max-memory", "800M") == 800 * 2**20
+    assert parse_bytes("--max-memory", "4096") == 4096
+    for bad in ("lots", "-1GB", "0", "2 parsecs", ""):
+        with pytest.raises(ConfigError, match="expected a size such as 2GiB"):
+            parse_bytes("--max-memory", bad)
+
+    mb = 2**20
+    assert bounded_tasks(100 * mb, "vmap", 16, 40 * mb, 10 * mb) == 6
+    assert bounded_tasks(1000 * mb, "vmap", 16, 40 * mb, 10 * mb) == 16
+    with pytest.raises(ConfigError, match="needs at least 50.0 MiB"):
+        bounded_tasks(45 * mb, "loop", 1, 40 * mb, 10 * mb)
+    with pytest.raises(ConfigError, match="use --strategy loop"):
+        bounded_tasks(55 * mb, "threads", 2, 40 * mb, 10 * mb)
+
+    monkeypatch.setattr(meta_plan, "resident_bytes", lambda: 0)
+    free = default_config("maml", "sinusoid", meta_batch=16, strategy="vmap")
+    plan = plan_meta_train(free, sources_for(free), torch.device("cpu"))
+    assert plan.chunk_size is None
+    tight = replace(free, max_memory=plan.memory.needed // 2)
+    bounded = plan_meta_train(tight, sources_for(tight), torch.device("cpu"))
+    assert bounded.chunk_size is not None and 1 <= bounded.chunk_size < 16, bounded.chunk_size
+    assert bounded.memory.needed <= plan.memory.needed // 2, bounded.memory
+    assert f"{bounded.chunk_size} task graph(s)" in bounded.memory.detail
+
+
+def test_a_bounded_chunk_gives_the_same_meta_step() -> None:
+    from funcgraph.meta import MetaTrainer, maml
+    from funcgraph.models import mlp
+
+    model = mlp(hidden=(8,), dtype=torch.float64)
+    learner = maml(model, kind="regression", inner_steps=1, inner_lr=0.05)
+    x = random.uniform(random.key(1), (6, 8, 1), dtype=torch.float64)
+    batch = Task(x[:, :4], torch.sin(x[:, :4]), x[:, 4:], torch.sin(x[:, 4:]))
+    states = []
+    for chunk in (None, 1, 4):
+        trainer = MetaTrainer(learner, strategy="vmap", chunk_size=chunk)
+        state = trainer.init(random.key(0))
+        states.append(trainer.step(state, batch)[0].params)
+    for other in states[1:]:
+        for name in states[0]:
+            torch.testing.assert_close(other[name], states[0][name], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ConfigError, match="chunk_size"):
+        MetaTrainer(learner, chunk_size=0)

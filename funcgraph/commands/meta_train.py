@@ -114,9 +114,8 @@ def meta_train(
         help="Drop the second-order term (first-order MAML).")] = False,
     remat: Annotated[bool, typer.Option(
         "--remat", rich_help_panel=ALGORITHM_PANEL,
-        help="Memory-saving second order: keep only each inner step's params and recompute "
-             "its graph in the backward pass (same meta-gradient; peak memory of one inner "
-             "step). MAML, Meta-SGD, ANIL.")] = False,
+        help="Memory-saving second order: recompute each inner step's graph in the backward "
+             "pass (same meta-gradient). MAML, Meta-SGD, ANIL.")] = False,
     cosine_meta_lr: Annotated[bool | None, typer.Option(
         "--cosine-meta-lr/--constant-meta-lr",
         rich_help_panel=META_STEP_PANEL,
@@ -180,6 +179,10 @@ def meta_train(
         help="Run tasks in a loop, on threads (one per --threads) or vmapped; auto: the "
              "measured default for the device and task size; measure: time each.")
     ] = StrategyChoice.auto,
+    max_memory: Annotated[str | None, typer.Option(
+        rich_help_panel=ALGORITHM_PANEL,
+        help="Bound the meta-step's estimated peak (2GiB, 800MiB): vmap maps fewer tasks "
+             "at a time.")] = None,
     compile_: Annotated[bool, typer.Option(
         "--compile", rich_help_panel=ALGORITHM_PANEL,
         help="Compile the whole meta-gradient with torch.compile (first step: about a "
@@ -212,9 +215,8 @@ def meta_train(
         help="Override a model hyperparameter: --set hidden=32 (repeatable).")] = None,
     setting: Annotated[list[str] | None, typer.Option(
         "--setting", rich_help_panel=ALGORITHM_PANEL,
-        help="An algorithm setting that has no option of its own, by its field name (a "
-             "plugin algorithm's fields): --setting temperature=0.5 (repeatable; the value "
-             "read as JSON, else text; stored in config.json).")] = None,
+        help="A setting without an option of its own (a plugin algorithm's field): "
+             "--setting temperature=0.5 (repeatable; JSON, else text).")] = None,
     nproc: NprocOption = 1,
     backend: BackendOption = "auto",
     dist_timeout: DistTimeoutOption = 600.0,
@@ -233,6 +235,7 @@ def meta_train(
     from ..factory.config import parse_value
     from ..placement import resolve_device
     from ..runs import MetaTrainConfig, default_config, meta_train
+    from ..runs.memory import parse_bytes
     from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
     from ..runs.task_sources import sources_for
 
@@ -254,6 +257,7 @@ def meta_train(
         cg_tol=cg_tol,
         rotate=rotate,
         strategy=strategy.value, precision=None if precision is None else precision.value,
+        max_memory=None if max_memory is None else parse_bytes("--max-memory", max_memory),
         compile=compile_ or None,
         validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,

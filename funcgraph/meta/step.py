@@ -53,6 +53,7 @@ def meta_step(
     step: int = 0,
     lr: float | None = None,
     strategy: str = "auto",
+    chunk_size: int | None = None,
     reduce: Reduce | None = None,
     precision: str = "float32",
     compile: bool | str = False,
@@ -69,6 +70,8 @@ def meta_step(
         lr: the meta learning rate of this step, ``>= 0`` (a schedule may end at 0;
             ``None``: the optimiser's own).
         strategy: how tasks run, as :func:`~funcgraph.meta.strategy.mean_task_grads`.
+        chunk_size: with ``"vmap"``, the tasks mapped at a time (``None``: the device's
+            default; as :func:`~funcgraph.meta.strategy.mean_task_grads`).
         reduce: applied to the mean gradient, loss and metric before the update (the run
             layer's all-reduce over data-parallel processes).
         precision: ``"float32"`` or ``"bf16"`` (bfloat16 convolutions and matmuls in each
@@ -86,7 +89,8 @@ def meta_step(
     current = learner.at_step(step)
     still = learner.schedule is None or current is learner.at_step(step + 1)
     grads, loss, metric = mean_task_grads(current.task_grad, params, tasks, strategy=strategy,
-                                          precision=precision, compile=compile if still else False)
+                                          chunk_size=chunk_size, precision=precision,
+                                          compile=compile if still else False)
     if reduce is not None:
         grads, loss, metric = reduce(grads, loss, metric)
     if lr is None:

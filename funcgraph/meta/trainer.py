@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .. import random
-from ..checks import check_choice
+from ..checks import check_choice, check_int
 from ..errors import ConfigError
 from ..params import Params
 from ..precision import check_precision
@@ -87,6 +87,8 @@ class MetaTrainer:
             ``funcgraph meta-train`` starts from).
         strategy: how tasks run, ``"auto"`` (the measured default for the device and task
             size), ``"loop"``, ``"threads"`` or ``"vmap"``.
+        chunk_size: tasks ``"vmap"`` maps at a time, the bound on its memory (``None``: the
+            device's default, 16 on CPU; :func:`~funcgraph.meta.strategy.default_chunk_size`).
         precision: ``"float32"`` or ``"bf16"`` (:mod:`funcgraph.precision`).
         compile: compile each meta-step's whole meta-gradient with ``torch.compile``
             (:mod:`funcgraph.meta.compiled`; ``True`` for torch's default backend, or a
@@ -99,12 +101,13 @@ class MetaTrainer:
     learner: MetaLearner
     optimizer: Optimizer
     strategy: str
+    chunk_size: int | None
     precision: str
     compile: bool | str
 
     def __init__(self, learner: MetaLearner, optimizer: Optimizer | None = None, *,
-                 strategy: str = "auto", precision: str = "float32",
-                 compile: bool | str = False) -> None:
+                 strategy: str = "auto", chunk_size: int | None = None,
+                 precision: str = "float32", compile: bool | str = False) -> None:
         if not isinstance(learner, MetaLearner):
             raise ConfigError(f"MetaTrainer: learner must be a MetaLearner (maml(module), "
                               f"protonet(...), ...), got {type(learner).__name__}")
@@ -115,6 +118,8 @@ class MetaTrainer:
             raise ConfigError(f"MetaTrainer: optimizer must be None or a funcgraph.train "
                               f"Optimizer (adam(lr), sgd(lr)), got {type(optimizer).__name__}")
         check_choice("MetaTrainer", "strategy", strategy, ("auto", *STRATEGIES))
+        if chunk_size is not None:
+            check_int("MetaTrainer", "chunk_size", chunk_size)
         check_precision("MetaTrainer", precision)
         if not isinstance(compile, bool | str):
             raise ConfigError(f"MetaTrainer: compile must be True, False or a torch.compile "
@@ -123,7 +128,8 @@ class MetaTrainer:
             raise ConfigError("MetaTrainer: compile runs with strategy 'loop', 'vmap' or "
                               "'auto', not 'threads' (Dynamo compiles from one thread)")
         for name, value in (("learner", learner), ("optimizer", optimizer),
-                            ("strategy", strategy), ("precision", precision),
+                            ("strategy", strategy), ("chunk_size", chunk_size),
+                            ("precision", precision),
                             ("compile", compile)):
             object.__setattr__(self, name, value)
 
@@ -176,7 +182,7 @@ class MetaTrainer:
         params, opt_state, metrics = meta_step(
             self.learner, self.optimizer, state.params, state.opt_state,
             tasks.to(like.device, like.dtype), step=state.step, strategy=self.strategy,
-            precision=self.precision, compile=self.compile)
+            chunk_size=self.chunk_size, precision=self.precision, compile=self.compile)
         return replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def evaluate(self, state: TrainState, tasks: TaskStream | Task) -> EvalResult:

@@ -16,6 +16,7 @@ by :func:`check_memory` against the memory the device has free:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,21 @@ def resident_bytes() -> int:
     except OSError:
         return 0
     return 0
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
+               "t": 2**40, "tib": 2**40}
+
+
+def parse_bytes(who: str, text: str) -> int:
+    """``"2GiB"``, ``"1.5GB"``, ``"800M"`` (binary: ``M`` is ``MiB``) or ``"1000000"`` -> bytes;
+    a :class:`~funcgraph.errors.ConfigError` naming ``who`` for anything else."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
+    unit = found.group(2).lower() if found else ""
+    if found is None or unit not in _BYTE_UNITS or float(found.group(1)) * _BYTE_UNITS[unit] < 1:
+        raise ConfigError(f"{who}: expected a size such as 2GiB, 1.5GB or 800MiB, got {text!r}")
+    return int(float(found.group(1)) * _BYTE_UNITS[unit])
 
 
 def fmt_bytes(n: float) -> str:
@@ -265,4 +281,5 @@ def check_search_sizes(model: Model, *, channels: int, layers: int, batch_size: 
 
 __all__ = ["SEARCH_SCALE", "MemoryEstimate", "Sizes", "allocated_bytes", "available_bytes",
            "check_fit_sizes", "check_input_sizes", "check_memory", "check_search_sizes",
-           "check_sizes", "check_task_sizes", "fmt_bytes", "forward_bytes", "meta_example"]
+           "check_sizes", "check_task_sizes", "fmt_bytes", "forward_bytes", "meta_example",
+           "parse_bytes", "resident_bytes"]

@@ -187,6 +187,9 @@ class MetaTrainPlan:
     memory_note: str | None = None
     """A line for the run's first lines where ``--strategy auto`` took a strategy estimated to
     need more than :data:`AUTO_MEMORY_RATIO` times the loop's memory."""
+    chunk_size: int | None = None
+    """Tasks vmap maps at a time to keep under ``--max-memory`` (``None``: the device's
+    default)."""
 
     @property
     def parameters(self) -> int:
@@ -209,23 +212,49 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
         cfg.strategy, device, examples_per_task=task_size(sources.train))
-    live = (default_chunk_size(device) or cfg.meta_batch) if strategy == "vmap" else (
-        torch.get_num_threads() if strategy == "threads" else 1)
+    live = min(cfg.meta_batch, (default_chunk_size(device) or cfg.meta_batch)
+               if strategy == "vmap" else torch.get_num_threads() if strategy == "threads" else 1)
     state_bytes = 4 * nbytes(meta_params)
     data_bytes = cfg.meta_batch * task_bytes(sources.train)
-    memory = MemoryEstimate(state_bytes + data_bytes + min(live, cfg.meta_batch) * per_task,
+    resident = resident_bytes() if device.type == "cpu" else 0
+    chunk = None
+    if cfg.max_memory is not None:
+        fits = bounded_tasks(cfg.max_memory, strategy, live, resident + state_bytes + data_bytes,
+                             per_task)
+        if strategy == "vmap" and fits < live:
+            chunk = live = fits
+    memory = MemoryEstimate(state_bytes + data_bytes + live * per_task,
                             available_bytes(device),
-                            f"{min(live, cfg.meta_batch)} task graph(s) of "
+                            f"{live} task graph(s) of "
                             f"{fmt_bytes(per_task)} at once ({strategy}), "
                             f"{fmt_bytes(data_bytes)} of meta-batch data, params and Adam "
                             "state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
     note = None
     if cfg.strategy == "auto":
-        resident = resident_bytes() if device.type == "cpu" else 0
         note = auto_memory_note(strategy, memory.needed, state_bytes + data_bytes + per_task,
                                 resident)
-    return MetaTrainPlan(cfg, learner, meta_params, memory, note)
+    return MetaTrainPlan(cfg, learner, meta_params, memory, note, chunk)
+
+
+def bounded_tasks(max_memory: int, strategy: str, live: int, fixed: int, per_task: int) -> int:
+    """How many task graphs of ``per_task`` bytes fit beside ``fixed`` bytes (the process's
+    resident memory, params, optimiser state, the meta-batch's data) under ``max_memory``,
+    at most ``live`` (what ``strategy`` would hold at once); refuses a bound that not even
+    one task fits under, and ``"threads"`` (one graph per worker) beyond it."""
+    fits = min(live, (max_memory - fixed) // max(per_task, 1))
+    if fits < 1:
+        raise ConfigError(
+            f"--max-memory {fmt_bytes(max_memory)}: a meta-step needs at least "
+            f"{fmt_bytes(fixed + per_task)} (one task graph of {fmt_bytes(per_task)} beside "
+            f"{fmt_bytes(fixed)}: this process, params, optimiser state and the meta-batch's "
+            "data); raise it, or lower --meta-batch or use --remat")
+    if strategy == "threads" and fits < live:
+        raise ConfigError(
+            f"--max-memory {fmt_bytes(max_memory)}: {live} worker threads hold {live} task "
+            f"graphs of {fmt_bytes(per_task)} at once and only {fits} fit; use --strategy loop "
+            "(one at a time) or vmap")
+    return int(fits)
 
 
 def auto_memory_note(strategy: str, needed: int, loop: int, resident: int) -> str | None:
@@ -246,6 +275,7 @@ AUTO_MEMORY_RATIO = 1.5
 more than this many times the loop's memory."""
 
 
-__all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "auto_memory_note", "build_learner",
-           "check_fit", "default_model_config", "eval_strategy", "init_params", "model_config",
-           "plan_meta_train", "run_model", "running_stats_twin", "task_bytes", "task_size"]
+__all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "auto_memory_note", "bounded_tasks",
+           "build_learner", "check_fit", "default_model_config", "eval_strategy", "init_params",
+           "model_config", "plan_meta_train", "run_model", "running_stats_twin", "task_bytes",
+           "task_size"]

@@ -127,11 +127,11 @@ StepFn = Callable[[int, Groups, str], tuple[Groups, dict[str, float]]]
 
 def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
                sources: TaskSources, dev: torch.device, env: distributed.DistEnv,
-               sync_every: int) -> StepFn:
+               sync_every: int, chunk_size: int | None = None) -> StepFn:
     """The run's meta-step: draw step ``s``'s tasks from the run's keys (this rank's slice
     of them in a data-parallel job), take :func:`~funcgraph.meta.step.meta_step` with the
     all-reduce of the gradients across ranks, and check every ``sync_every`` steps that the
-    ranks hold identical params."""
+    ranks hold identical params. ``chunk_size``: vmap's tasks at a time (``--max-memory``)."""
     keys = RunKeys.of(cfg.seed)
 
     def step_fn(step: int, groups: Groups, strategy: str) -> tuple[Groups, dict[str, float]]:
@@ -153,7 +153,7 @@ def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
 
         params, opt, metrics = meta_step(
             learner, optimizer, groups["params"], groups["opt"], tasks.to(dev), step=step,
-            lr=meta_lr_at(cfg, step), strategy=strategy,
+            lr=meta_lr_at(cfg, step), strategy=strategy, chunk_size=chunk_size,
             reduce=all_reduce if env.active else None, precision=cfg.precision,
             compile=cfg.compile)
         if env.active and (step + 1) % sync_every == 0:
@@ -183,7 +183,8 @@ def estimate_step_seconds(cfg: MetaTrainConfig, plan: MetaTrainPlan, sources: Ta
     for _ in range(2):
         started = time.perf_counter()
         meta_step(plan.learner, optimizer, params, opt, batch, step=0, lr=cfg.meta_lr,
-                  strategy=strategy, precision=resolve_precision(cfg.precision, device)[0])
+                  strategy=strategy, chunk_size=plan.chunk_size,
+                  precision=resolve_precision(cfg.precision, device)[0])
         seconds = time.perf_counter() - started
     return seconds * cfg.meta_batch / n, n
 
@@ -266,9 +267,10 @@ def meta_train(
     if plan.memory_note is not None and env.is_main:
         echo(plan.memory_note)
     keys = RunKeys.of(cfg.seed)
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
-                     tensorboard=tensorboard,
-                     added={"precision": "float32", "compile": False})
+    # --max-memory may change on resume (a smaller machine): it moves rounding, not the math
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps", "max_memory"),
+                     env=env, tensorboard=tensorboard,
+                     added={"precision": "float32", "compile": False, "max_memory": None})
     try:
         optimizer = meta_optimizer(cfg)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
@@ -278,7 +280,8 @@ def meta_train(
         if place is None:  # a placement plan has put every tensor where it belongs
             groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
-        step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every)
+        step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every,
+                             plan.chunk_size)
 
         if strategy is None:
             if cfg.strategy == "measure" and env.is_main:

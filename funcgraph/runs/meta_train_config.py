@@ -78,6 +78,9 @@ class MetaTrainConfig:
     cg_steps: int = ImamlSettings.cg_steps
     cg_tol: float = ImamlSettings.cg_tol
     strategy: str = "auto"
+    max_memory: int | None = None
+    """Bytes the meta-step's estimated peak may take (``--max-memory``): vmap maps fewer tasks
+    at a time to stay under it (:func:`~funcgraph.runs.meta_plan.plan_meta_train`)."""
     precision: str = "float32"
     compile: bool = False
     seed: int = 0
@@ -103,6 +106,8 @@ class MetaTrainConfig:
             check_int(_WHO, option(name), getattr(self, name), minimum=0)
         if self.train_queries is not None:
             check_int(_WHO, "--train-queries", self.train_queries, minimum=1)
+        if self.max_memory is not None:
+            check_int(_WHO, "--max-memory (bytes)", self.max_memory, minimum=1)
         for name in ("inner_lr", "meta_lr", "imaml_lambda"):
             check_rate(_WHO, option(name), getattr(self, name))
         check_int(_WHO, "--cg-steps", self.cg_steps, minimum=1)
