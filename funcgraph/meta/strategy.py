@@ -65,13 +65,15 @@ against 4.4 s for the loop of that time). The threshold lies between; 20 is on t
 
 
 CPU_VMAP_CHUNK = 16
-"""On CPU, ``"vmap"`` maps this many tasks at a time unless ``chunk_size`` says otherwise: faster
-than all tasks at once, and a bounded fraction of the memory.
+"""On CPU, ``"vmap"`` maps this many tasks at a time unless ``chunk_size`` says otherwise: a
+bounded share of the memory, at about the speed of all tasks at once.
 
 Measured with ``benchmarks/meta_step.py`` (second-order MAML, 5-way 1-shot, 1 query, meta-batch
-32, 2 threads, wall clock, median of 5; results/meta_step.jsonl): strided conv4 0.157 s per
-meta-step and 0.59 GB peak all at once, 0.142 s and 0.47 GB 16 at a time, 0.159 s and 0.41 GB
-8 at a time; pooled conv4 0.455 s and 1.15 GB, 0.327 s and 0.77 GB, 0.359 s and 0.55 GB.
+32, median of 5; results/meta_step.jsonl), 16 at a time against all 32 at once: strided conv4,
+2 threads, 0.47 against 0.60 GB peak (the clone-and-adapt loop's: 0.33 GB), at 0.143 against
+0.122 s per step with freed memory kept (``funcgraph.allocator``, as the commands run) and
+0.142 against 0.157 s with glibc's default, whose page faults grow with the batch; pooled
+conv4, one thread, 0.79 against 1.14 GB at 0.531 against 0.540 s (memory kept).
 """
 
 
