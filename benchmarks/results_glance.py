@@ -31,9 +31,15 @@ class Runs:
     dataset: str
     want: dict[str, str | None] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()
+    algorithm: str | None = None
+    """The row's algorithm (``--algo``, or meta-train's default where the command names none)."""
+    tasks: str | None = None
 
     def matches(self, row: dict[str, str]) -> bool:
         opts = options(row["command"].strip("`"))
+        if (self.algorithm is not None and row["algorithm"] != self.algorithm) or (
+                self.tasks is not None and row["tasks"] != self.tasks):
+            return False
         return row["data set"] == self.dataset and row["precision"] == "float32" and all(
             opts.get(k) == v if v is not None else k not in opts for k, v in self.want.items())
 
@@ -126,6 +132,10 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
     (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`)",
           ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "threads": None}),
      META),
+    (Runs("ProtoNet default, glyphs 5-way 1-shot, three seeds", ("readme", "meta-learning"),
+          "glyphs", {"steps": None}, (0, 1, 2), "protonet", "5way1shot"), META),
+    (Runs("MAML++ default, glyphs 5-way 1-shot, three seeds", ("meta-learning",), "glyphs",
+          {"steps": None, "first-order-until": None}, (0, 1, 2), "mamlpp", "5way1shot"), META),
     (Runs("MAML++ default on the confirmation set (rgb-shapes 28 px, not tuned on but seen "
           "by the choice of default; "
           "`meta-train --algo mamlpp`, seed 0)", ("confirmation",), "rgb-shapes 28px",
