@@ -34,7 +34,8 @@ runs that variant's step twice, resetting the kernel's high-water mark
 kept by a compilation cannot blur it. ``--breakdown N`` adds the N operators that take
 longest in one step of the first variant (each kernel call timed directly). GFLOP/s divides
 the useful work (FLOPs of the baseline step, counted once with ``torch.utils.flop_counter``)
-by each variant's time.
+by each variant's time; the line after the table gives the CPU's own dense rate (a large
+matmul, float32 and bfloat16, at the same threads), the ceiling that column is read against.
 
 Example (15 queries per class, the MAML evaluation protocol; prints a table and JSON lines)::
 
@@ -259,6 +260,23 @@ def seconds_by_op(step: Callable[[], None]) -> dict[str, float]:
     return dict(spent)
 
 
+def matmul_gflop_per_s(dtype: torch.dtype, clock: Callable[[], float], size: int = 2048,
+                       reps: int = 5) -> float:
+    """The CPU's dense rate at this thread count: GFLOP/s of a ``size``-square matmul in
+    ``dtype`` (median of three rounds of ``reps``), the ceiling the GFLOP/s column is read
+    against: a step's convolutions run no faster than the machine multiplies matrices."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    a @ b
+    rounds = []
+    for _ in range(3):
+        start = clock()
+        for _ in range(reps):
+            a @ b
+        rounds.append((clock() - start) / reps)
+    return 2 * size**3 / statistics.median(rounds) / 1e9
+
+
 def timer(fn: Callable[[], None], clock: Callable[[], float]) -> Callable[[], float]:
     """``fn`` made to return its duration on ``clock``."""
     def run() -> float:
@@ -473,6 +491,8 @@ def main() -> None:
     base = statistics.median(times[BASELINE])
     first = next(iter(specs))  # the variant whose convolutions are replayed
     conv_s = convolution_seconds(fg_step(first), clock)
+    peaks = {str(dt).removeprefix("torch."): matmul_gflop_per_s(dt, clock)
+             for dt in (torch.float32, torch.bfloat16)}
     print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
           f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
@@ -488,6 +508,9 @@ def main() -> None:
         print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
               f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
         print(json.dumps(row))
+    print("the CPU's matmul rate at these threads (2048-square): " + ", ".join(
+        f"{dt} {rate:.0f} GFLOP/s" for dt, rate in peaks.items()))
+    print(json.dumps({"matmul_gflop_per_s": peaks}))
     print_split(base, statistics.median(times[REWRITTEN]),
                 {name: statistics.median(times[f"funcgraph {name}"]) for name in specs})
     if conv_s > 0:  # the threads strategy runs its convolutions where the replay cannot see
