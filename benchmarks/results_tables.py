@@ -19,6 +19,7 @@ block (JSON, one record per line), so every cell can be traced to what measured 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Iterable
 from typing import Any
@@ -232,8 +233,11 @@ def protocol_tables(records: list[dict[str, Any]]) -> list[str]:
         rand = [f["test_acc"] for f in rows if f["kind"] == "random"]
         searched = [f["test_acc"] for f in rows if f["kind"] == "searched"]
         q = statistics.quantiles(rand, n=4) if len(rand) > 1 else rand * 3
+        names = [f["arch"] for f in rows if f["kind"] == "searched"]
+        prefix = os.path.commonprefix(names) if len(names) > 1 else ""
         summary.append({
             "data set": dataset, "classes": str(done["budget"].get("classes")),
+            "searched runs": f"{prefix}*" if prefix else ", ".join(names),
             "random cells": str(len(rand)), "random median": f"{100 * q[1]:.2f}%",
             "random 75th percentile": f"{100 * q[2]:.2f}%",
             "searched cells": str(len(searched)),
