@@ -69,7 +69,8 @@ SPACE = ("none", "max_pool_3x3", "skip_connect", "dil_conv_3x3")
 """A small space (one op of each kind) keeps the supernets' steps fast."""
 K = len(SPACE)
 DATA = _data()  # one step per epoch at batch 8
-CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None, primitives=SPACE)
+CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None, primitives=SPACE,
+                   select="argmax")
 
 
 def _with(cfg: SearchConfig, **changes: Any) -> SearchConfig:
@@ -132,10 +133,10 @@ def _pre_remedy_step(model: Any, cfg: SearchConfig, batch: Callable, total: int)
     return step
 
 
-def test_every_remedy_is_off_by_default() -> None:
+def test_selection_by_perturbation_is_the_only_remedy_on_by_default() -> None:
     cfg = SearchConfig()
     assert (cfg.warmup_epochs, cfg.beta_reg, cfg.aux_skip, cfg.edge_normalization,
-            cfg.stop_stable, cfg.select) == (0, 0.0, False, False, 0, "argmax"), cfg
+            cfg.stop_stable, cfg.select) == (0, 0.0, False, False, 0, "perturbation"), cfg
     _, g = _groups(CFG)
     assert sorted(g["arch"]) == ["arch.normal", "arch.reduce"], "no edge logits by default"
     assert remedy_params(CFG, 0, 2, DATA.val_x) == {}, "no auxiliary skip entry by default"

@@ -32,7 +32,7 @@ def _data(n: int = 16, classes: int = 3, size: int = 4) -> SearchData:
                       random.uniform(k[1], (n, 1, size, size)), labels, classes, "synthetic")
 
 
-CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None)
+CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None, select="argmax")
 DATA = _data(n=8)  # one step per epoch
 
 
@@ -127,7 +127,7 @@ def test_collapse_guard_stops_early_and_resume_respects_it(tmp_path: Path) -> No
 
 def test_second_order_and_partial_channels_run(tmp_path: Path) -> None:
     cfg = SearchConfig(C=4, layers=3, steps=1, batch_size=8, partial_channels=2, skip_cap=1,
-                       stop_skips=None, bilevel=BilevelConfig(order="second"))
+                       stop_skips=None, bilevel=BilevelConfig(order="second"), select="argmax")
     result = run_search(tmp_path / "run", DATA, cfg, show_progress=False)
     g = result.genotype
     assert g.skips("normal") <= 1 and g.skips("reduce") <= 1, f"skip_cap=1 exceeded: {g}"

@@ -108,8 +108,9 @@ def search(
                                 "same for N consecutive epoch ends (0 disables; N >= 2).")] = 0,
     select: Annotated[Select, typer.Option(
         rich_help_panel=REMEDIES_PANEL,
-        help="The final genotype: argmax (DARTS' derivation) or perturbation (DARTS-PT, on "
-             "the validation half).")] = Select.argmax,
+        help="The final genotype: perturbation (DARTS-PT, on the validation half; above "
+             "random cells on both proxies, docs/results/darts.md) or argmax (DARTS' "
+             "derivation).")] = Select.perturbation,
     edge_order: Annotated[EdgeOrder, typer.Option(
         rich_help_panel=SEARCH_PANEL,
         help="How genotype.json lists a node's two edges: input (lower input first) or "

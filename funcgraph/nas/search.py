@@ -106,8 +106,11 @@ class SearchConfig:
       by ``softmax(alpha) * edge weight``).
     - ``stop_stable``: stop at an epoch end when the derived genotype has been the same for
       this many consecutive epoch ends (DARTS+; 0 = off).
-    - ``select``: ``"argmax"`` (DARTS' derivation) or ``"perturbation"`` (DARTS-PT) for the
-      final genotype.
+    - ``select``: ``"perturbation"`` (DARTS-PT; the default) or ``"argmax"`` (DARTS'
+      derivation) for the final genotype. Perturbation is the default because with it the
+      default search beat random cells of the same space on both proxies (every seed above
+      the random median; docs/results/darts.md), where DARTS' argmax collapsed into pooling
+      cells on glyphs.
     - ``edge_order``: how the argmax derivation lists a node's two edges: ``"input"`` (lower
       input first) or ``"strength"`` (stronger edge first, as DARTS' code does); the same cell
       either way (:func:`~funcgraph.nas.genotype.derive_genotype`).
@@ -133,7 +136,7 @@ class SearchConfig:
     aux_skip: bool = False
     edge_normalization: bool = False
     stop_stable: int = 0
-    select: Select = "argmax"
+    select: Select = "perturbation"
     edge_order: EdgeOrder = "input"
 
     def __post_init__(self) -> None:
@@ -162,7 +165,8 @@ class SearchConfig:
         if self.edge_order != "input" and self.select != "argmax":
             raise ConfigError(f"{where}: edge_order (--edge-order) {self.edge_order!r} lists "
                               "the argmax derivation's edges; select (--select) "
-                              f"{self.select!r} chooses them by perturbation")
+                              f"{self.select!r} chooses them by perturbation: add "
+                              "select='argmax' (--select argmax)")
         check_int(where, "partial_channels", self.partial_channels)
         if self.C % self.partial_channels or (self.C // self.partial_channels) % 2:
             raise ConfigError(f"{where}: partial_channels (--partial-channels) "
