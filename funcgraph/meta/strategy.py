@@ -72,7 +72,7 @@ Measured with ``benchmarks/meta_step.py`` (second-order MAML, 5-way 1-shot, 1 qu
 32, median of 5; results/meta_step.jsonl), 16 at a time against all 32 at once: strided conv4,
 2 threads, 0.47 against 0.60 GB peak (the clone-and-adapt loop's: 0.33 GB), at 0.143 against
 0.122 s per step with freed memory kept (``funcgraph.allocator``, as the commands run) and
-0.142 against 0.157 s with glibc's default, whose page faults grow with the batch; pooled
+0.125 against 0.147 s with glibc's default, whose page faults grow with the batch; pooled
 conv4, one thread, 0.79 against 1.14 GB at 0.531 against 0.540 s (memory kept).
 """
 
