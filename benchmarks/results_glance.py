@@ -61,6 +61,13 @@ class Runs:
                 f"{min(accs):.2f} to {max(accs):.2f})")
 
 
+def _measured_at(figure: dict[str, Any], queries: int, conv4: str) -> bool:
+    """Whether a ``meta_step`` figure row was measured at ``queries`` queries per class on
+    conv4's ``conv4`` variant (records before ``--variant`` existed are the pooled one)."""
+    config = figure.get("config", {})
+    return bool(config.get("queries") == queries and config.get("variant", "pool") == conv4)
+
+
 @dataclass(frozen=True)
 class Speed:
     """One meta-step's speed-up: funcgraph's fastest variant (among those named ``ours``, or
@@ -77,12 +84,11 @@ class Speed:
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             rows = {f["variant"]: f["s_per_step"] for f in record["figures"]
-                    if "variant" in f and f.get("config", {}).get("queries") == self.queries
-                    and f["config"].get("variant", "pool") == self.conv4}
+                    if "variant" in f and _measured_at(f, self.queries, self.conv4)}
             other = rows.get(self.against)
+            # unless named: funcgraph's conv4 in float32
             ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
-                v in self.ours if self.ours else not {"+bf16", "+module"} & set(
-                    "+" + flag for flag in v.split("+")[1:]))}  # conv4, float32 unless named
+                v in self.ours if self.ours else not {"bf16", "module"} & set(v.split("+")[1:]))}
             if other and ours:
                 best = min(ours, key=ours.__getitem__)
                 return f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')})"
@@ -105,9 +111,7 @@ class Split:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             for f in record["figures"]:
                 if f.get("split_of") == self.ours and any(
-                        g.get("config", {}).get("queries") == self.queries
-                        and g["config"].get("variant", "pool") == self.conv4
-                        for g in record["figures"]):
+                        _measured_at(g, self.queries, self.conv4) for g in record["figures"]):
                     return (f"{f['speedup_vs_baseline']:.2f}x = {f['rewrites']:.2f}x from "
                             f"conv4's rewrites * {f['machinery']:.2f}x from the engine")
         return None

@@ -288,7 +288,7 @@ def load_patterns(
                            image_size=image_size, cache_dir=cache_dir,
                            variation=str(asdict(Variation())),
                            generate=lambda: generate_patterns(split, seed=seed,
-                                                  image_size=image_size))
+                                                              image_size=image_size))
 
 
 __all__ = ["FAMILIES", "GENERATOR_VERSION", "IMAGES_PER_CLASS", "NUM_CLASSES", "SPLITS",

@@ -172,7 +172,7 @@ def load_rgb_shapes(
                            image_size=image_size, cache_dir=cache_dir,
                            variation=str(asdict(Variation())),
                            generate=lambda: generate_rgb_shapes(split, seed=seed,
-                                                  image_size=image_size))
+                                                                image_size=image_size))
 
 
 __all__ = ["GENERATOR_VERSION", "IMAGES_PER_CLASS", "SPLITS", "Variation",

@@ -62,28 +62,26 @@ def available_bytes(device: torch.device) -> int | None:
     GPU; ``None`` where it cannot be read (the check is then skipped)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    if device.type != "cpu":
-        return None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return _proc_bytes("/proc/meminfo", "MemAvailable") if device.type == "cpu" else None
 
 
 def resident_bytes() -> int:
     """This process's resident memory now (the torch runtime, data, models): ``VmRSS`` of
     ``/proc/self/status`` on Linux, 0 where it cannot be read. A peak that a user sees is
     this plus what a step allocates, so ratios of peaks count it on both sides."""
+    return _proc_bytes("/proc/self/status", "VmRSS") or 0
+
+
+def _proc_bytes(path: str, field: str) -> int | None:
+    """A ``field:  N kB`` line of a Linux ``/proc`` file, in bytes; ``None`` where the file
+    cannot be read or has no such field."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
-        return 0
-    return 0
+        return None
+    return None
 
 
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
