@@ -623,3 +623,17 @@ def test_a_bounded_chunk_gives_the_same_meta_step() -> None:
             torch.testing.assert_close(other[name], states[0][name], rtol=1e-12, atol=1e-12)
     with pytest.raises(ConfigError, match="chunk_size"):
         MetaTrainer(learner, chunk_size=0)
+
+
+def test_max_memory_refusals_are_one_line_with_exit_2() -> None:
+    bad = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--max-memory", "lots",
+                              "--dry-run"])
+    assert bad.exit_code == 2, bad.output
+    assert bad.output.strip().splitlines() == [
+        "error: --max-memory: expected a size such as 2GiB, 1.5GB or 800MiB, got 'lots'"]
+    tiny = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--max-memory", "1KiB",
+                               "--dry-run"])
+    assert tiny.exit_code == 2, tiny.output
+    lines = tiny.output.strip().splitlines()
+    assert len(lines) == 1 and "--max-memory 1.0 KiB: a meta-step needs at least" in lines[0], (
+        tiny.output)
