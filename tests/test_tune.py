@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import optuna
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError, RunDirectoryError
 from funcgraph.runs import tune_objective
 from funcgraph.runs.tune import TuneOptions, tune
-from funcgraph.runs.tune_report import best_command, table, trial_rows
+from funcgraph.runs.tune_report import TrialRow, best_command, front, table, trial_rows
 from funcgraph.runs.tune_space import parse_space
 from funcgraph.runs.tune_study import origin
 from funcgraph.train.ownership import RunLock
@@ -275,8 +278,37 @@ def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path
     assert best_validation(out, "mse") == best.value, "the printed command is the trial"
     result = runner.invoke(app, ["tune", "show", str(opts.study_dir), "--json"])
     assert result.exit_code == 0, result.output
+    [summary] = [json.loads(line) for line in result.output.splitlines() if '"best_trial"' in line]
+    complete = {t.number for t in study.trials if t.state.name == "COMPLETE"}
+    assert summary["front"] and set(summary["front"]) <= complete, summary
+    assert best.number in summary["front"], "the best figure is always on the front"
+    assert "front (no complete trial is better at both" in result.output
     for name in ("history.png", "cost.png"):
         assert (opts.study_dir / "plots" / name).stat().st_size > 1000
+
+
+def row(number: int, value: float | None, cpu_s: float, state: str = "complete") -> TrialRow:
+    return TrialRow(number, state, value, 10, cpu_s, {}, None, None)
+
+
+def test_the_front_holds_the_trials_no_other_beats_at_both() -> None:
+    rows = [row(0, 0.90, 100), row(1, 0.95, 300), row(2, 0.93, 400),  # 2: 1 is better, cheaper
+            row(3, 0.95, 300), row(4, 0.97, 900), row(5, None, 10, "pruned"),
+            row(6, 0.90, 100)]  # 6 ties 0 exactly: neither beats the other
+    assert [r.number for r in front(rows, "acc")] == [0, 6, 1, 3, 4]
+    # On an error the lower figure is the better.
+    assert [r.number for r in front(rows, "mse")] == [0, 6]
+
+
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 20)), min_size=1, max_size=12))
+def test_every_trial_off_the_front_is_beaten_by_one_on_it(points: list[tuple[int, int]]) -> None:
+    rows = [row(i, v / 20, c) for i, (v, c) in enumerate(points)]
+    on = front(rows, "acc")
+    assert on, "a study with a complete trial has a front"
+    for r in rows:
+        beaten_by = [o for o in on if o.cpu_s <= r.cpu_s and cast(float, o.value) >= cast(
+            float, r.value) and (o.cpu_s, o.value) != (r.cpu_s, r.value)]
+        assert (r in on) == (not beaten_by), (r, on)
 
 
 def test_the_command_line_names_every_option_that_differs() -> None:
@@ -317,6 +349,23 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "holds a run with other settings (inner_lr)" in (
         refused.output), refused.output
     assert optuna.__version__  # the study store is Optuna's
+
+
+def test_confirm_takes_a_chosen_complete_trial_and_refuses_another(tmp_path: Path) -> None:
+    opts = options(tmp_path, trials=2, pruner="none")
+    study = tune(opts, echo=lambda _: None)
+    other = next(t.number for t in study.trials if t.number != study.best_trial.number)
+    args = ["tune", "confirm", str(opts.study_dir), "--dataset", "sinusoid", "--seeds", "0",
+            "--against", "", "--episodes", "3"]
+    result = runner.invoke(app, [*args, "--trial", str(other)])
+    assert result.exit_code == 0, result.output
+    [run] = [json.loads(line) for line in result.output.splitlines() if '"seed"' in line]
+    assert run["confirm"] == f"trial{other}", run
+    assert json.loads((Path(run["run_dir"]) / "config.json").read_text())["inner_lr"] == (
+        study.trials[other].params["inner_lr"]), "the chosen trial's settings, unchanged"
+    refused = runner.invoke(app, [*args, "--trial", "7"])
+    assert refused.exit_code == 2 and "--trial 7: " in refused.output and (
+        "holds trials 0 to 1" in refused.output), refused.output
 
 
 def test_confirm_runs_the_baselines_for_the_steps_asked() -> None:

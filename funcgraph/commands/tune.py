@@ -4,7 +4,7 @@ study, and confirm its best settings on another data set."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -120,13 +120,14 @@ def show(
         "--json", help="Also print each trial and the best as JSON lines (for records).")
     ] = False,
 ) -> None:
-    """The trial table, the best settings as a meta-train command line, and plots.
+    """The trial table, the best settings as a meta-train command line, the front of
+    accuracy against CPU seconds, and plots.
 
     Example: funcgraph tune show studies/maml
     """
     import json
 
-    from ..runs.tune_report import best_command, best_trial, table, trial_rows, write_plots
+    from ..runs.tune_report import best_command, best_trial, front, table, trial_rows, write_plots
     from ..runs.tune_study import metric_of, shown_value
 
     space, opened = _open(study, storage)
@@ -140,6 +141,12 @@ def show(
     else:
         _echo(f"best: trial {best.number}, validation {shown_value(best.value, metric)}")
         _echo(f"  {command}")
+    on_front = front(rows, metric)
+    if on_front:
+        _echo("front (no complete trial is better at both validation and CPU seconds):")
+        for r in on_front:
+            _echo(f"  trial {r.number}: {shown_value(cast(float, r.value), metric)} in "
+                  f"{r.cpu_s:.0f} CPU s")
     if plots and rows:
         for path in write_plots(opened, study / "plots", metric):
             _echo(f"plot: {path}")
@@ -148,7 +155,8 @@ def show(
             print(json.dumps(row.as_record(), sort_keys=True))
         if best is not None:
             print(json.dumps({"best_trial": best.number, "best_value": best.value,
-                              "command": command}, sort_keys=True))
+                              "command": command,
+                              "front": [r.number for r in on_front]}, sort_keys=True))
 
 
 def _open(study: Path, storage: str | None) -> tuple[Any, Any]:
@@ -184,13 +192,16 @@ def confirm(
         min=1, max=100_000,
         help="Held-out test tasks of every confirmation run (default: meta-train's).")
     ] = None,
+    trial: Annotated[int | None, typer.Option(
+        min=0, help="Confirm this complete trial's settings (one on the front tune show "
+                    "prints) instead of the best trial's.")] = None,
     storage: StorageOption = None,
     device: DeviceOption = "cpu",
     threads: ThreadsOption = 0,
     import_: ImportOption = None,
 ) -> None:
-    """Run the best trial's settings unchanged on another data set with each seed, beside
-    other algorithms' defaults; prints one JSON line per run and one per name.
+    """Run the best trial's (or --trial's) settings unchanged on another data set with each
+    seed, beside other algorithms' defaults; prints one JSON line per run and one per name.
 
     Example: funcgraph tune confirm studies/maml --dataset rgb-shapes --image-size 28
     """
@@ -217,7 +228,7 @@ def confirm(
     space, opened = _open(study, storage)
     results = run_confirm(opened, space, study, dataset, image_size=image_size,
                           seeds=seed_list, against=names, baseline_steps=steps,
-                          episodes=episodes, device=device, echo=_echo)
+                          episodes=episodes, trial=trial, device=device, echo=_echo)
     for r in results:
         print(json.dumps(r.as_record(), sort_keys=True))
     for s in summary(results):

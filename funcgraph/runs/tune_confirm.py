@@ -1,4 +1,5 @@
-"""``funcgraph tune confirm``: the study's best settings, unchanged, on a data set the study
+"""``funcgraph tune confirm``: the study's best settings (or a chosen trial's: one on the
+front of accuracy against cost), unchanged, on a data set the study
 never saw, with several seeds, beside other algorithms' defaults.
 
 Tuning chooses on one data set's validation split; a setting is only worth a default if it
@@ -118,11 +119,12 @@ def _add_cpu(study_dir: Path, name: str, seconds: float) -> None:
 def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
             image_size: int | None = None, seeds: list[int], against: list[str],
             baseline_steps: int | None = None, episodes: int | None = None,
-            device: str = "cpu", echo: Callable[[str], object] = print) -> list[ConfirmRun]:
-    """Run (or read back) every confirmation run; see the module docstring. A warning line
-    says so when ``dataset`` is the one the study tuned on (its figures then confirm
-    nothing)."""
-    best = best_trial(study)
+            trial: int | None = None, device: str = "cpu",
+            echo: Callable[[str], object] = print) -> list[ConfirmRun]:
+    """Run (or read back) every confirmation run of trial ``trial`` (default: the best);
+    see the module docstring. A warning line says so when ``dataset`` is the one the study
+    tuned on (its figures then confirm nothing)."""
+    best = best_trial(study) if trial is None else chosen_trial(study, study_dir, trial)
     if best is None:
         raise ConfigError(f"{study_dir}: no complete trial yet; run the study first")
     if not seeds:
@@ -163,6 +165,18 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
     return results
 
 
+def chosen_trial(study: Any, study_dir: Path, number: int) -> Any:
+    """Trial ``number`` of the study, refused in one line unless it is complete."""
+    trials = study.get_trials(deepcopy=False)
+    if not 0 <= number < len(trials):
+        raise ConfigError(f"--trial {number}: {study_dir} holds trials 0 to {len(trials) - 1}")
+    if trials[number].state.name != "COMPLETE":
+        raise ConfigError(f"--trial {number}: that trial is "
+                          f"{trials[number].state.name.lower()}, not complete; confirm a "
+                          "complete trial (funcgraph tune show lists them)")
+    return trials[number]
+
+
 def summary(results: list[ConfirmRun]) -> list[dict[str, Any]]:
     """Per name: the mean figure over seeds (accuracy, or error on regression), its range
     and the mean CPU seconds."""
@@ -178,4 +192,5 @@ def summary(results: list[ConfirmRun]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CONFIRM_DIR", "ConfirmRun", "confirm", "confirm_configs", "summary", "tuned_on"]
+__all__ = ["CONFIRM_DIR", "ConfirmRun", "chosen_trial", "confirm", "confirm_configs", "summary",
+           "tuned_on"]

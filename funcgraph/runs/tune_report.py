@@ -4,7 +4,8 @@ ready ``meta-train`` command line, plots, and JSON lines for the results records
 The plots are Optuna's own (``optuna.visualization.matplotlib``: the optimisation history and
 the parameter importances by Optuna's default evaluator, PED-ANOVA, which needs no
 scikit-learn) beside one of ours, each trial's validation accuracy against
-the CPU seconds it took, so the cost of a setting is on the same page as its accuracy.
+the CPU seconds it took, so the cost of a setting is on the same page as its accuracy, with
+the study's front: the complete trials no other complete trial beats at both.
 """
 
 from __future__ import annotations
@@ -88,6 +89,26 @@ def best_trial(study: Any) -> Any | None:
         return study.best_trial
     except ValueError:  # Optuna's answer when no trial is complete
         return None
+
+
+def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
+    """The complete trials no other complete trial beats at both validation figure and CPU
+    seconds (better at one, no worse at the other), cheapest first.
+
+    A study has one objective (a pruner needs one), so accuracy against cost is read here, on
+    finished trials: a default is chosen on this front, not by the best figure alone.
+    """
+    def better(a: float, b: float) -> bool:
+        return a > b if metric == "acc" else a < b
+
+    done = [r for r in rows if r.state == "complete" and r.value is not None]
+
+    def beaten(r: TrialRow) -> bool:
+        assert r.value is not None
+        return any(o.value is not None and o.cpu_s <= r.cpu_s and not better(r.value, o.value)
+                   and (o.cpu_s < r.cpu_s or better(o.value, r.value)) for o in done)
+
+    return sorted((r for r in done if not beaten(r)), key=lambda r: (r.cpu_s, r.number))
 
 
 def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
@@ -175,12 +196,19 @@ def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
             written.append(folder / name)
     rows = trial_rows(study)
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    scale = 100 if metric == "acc" else 1
     for state, marker in (("complete", "o"), ("pruned", "x")):
-        scale = 100 if metric == "acc" else 1
         pts = [(r.cpu_s, scale * last) for r in rows if r.state == state
                for last in [_last(study, r)] if last is not None]
         if pts:
             ax.scatter(*zip(*pts, strict=True), marker=marker, label=state)
+    on_front = front(rows, metric)
+    if on_front:
+        ax.step([r.cpu_s for r in on_front], [scale * cast(float, r.value) for r in on_front],
+                where="post", color="grey", linewidth=1, label="front")
+        for r in on_front:
+            ax.annotate(str(r.number), (r.cpu_s, scale * cast(float, r.value)), fontsize=8,
+                        xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("CPU seconds of the trial")
     ax.set_ylabel(("validation accuracy (%)" if metric == "acc" else f"validation {metric}")
                   + " (pruned: at its last report)")
@@ -201,5 +229,5 @@ def _last(study: Any, row: TrialRow) -> float | None:
     return None if steps is None else trial.intermediate_values[steps]
 
 
-__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line", "table",
-           "trial_rows", "write_plots"]
+__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line", "front",
+           "table", "trial_rows", "write_plots"]
