@@ -605,6 +605,35 @@ def test_max_memory_maps_fewer_tasks_at_a_time_and_refuses_what_cannot_fit(
     assert f"{bounded.chunk_size} task graph(s)" in bounded.memory.detail
 
 
+def test_max_memory_scores_one_task_at_a_time_where_several_would_not_fit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from funcgraph.runs import meta_plan
+    from funcgraph.runs.memory import allocated_bytes
+    from funcgraph.runs.meta_plan import eval_strategy, plan_meta_train
+    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.task_sources import sources_for
+
+    mb = 2**20
+    monkeypatch.setattr(meta_plan, "resident_bytes", lambda: 40 * mb)
+    cfg = default_config("maml", "sinusoid", strategy="vmap")
+    sources = sources_for(cfg)
+    plan = plan_meta_train(cfg, sources, torch.device("cpu"))
+    val = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
+    _, per_task = allocated_bytes(lambda: plan.learner.task_eval(plan.params, val))
+    chunk = 16  # vmap's default chunk on CPU
+
+    def strategy(max_memory: int | None) -> str:
+        return eval_strategy(replace(cfg, max_memory=max_memory), sources,
+                             torch.device("cpu"), plan.learner, plan.params)
+
+    assert strategy(None) == "vmap" and strategy(40 * mb + chunk * per_task) == "vmap"
+    assert strategy(40 * mb + chunk * per_task - 1) == "loop", "a chunk would not fit"
+    with pytest.raises(ConfigError, match="scoring one validation task needs about"):
+        strategy(40 * mb + per_task - 1)
+
+
 def test_a_bounded_chunk_gives_the_same_meta_step() -> None:
     from funcgraph.meta import MetaTrainer, maml
     from funcgraph.models import mlp

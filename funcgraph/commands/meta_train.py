@@ -182,7 +182,8 @@ def meta_train(
     max_memory: Annotated[str | None, typer.Option(
         rich_help_panel=ALGORITHM_PANEL,
         help="Bound the meta-step's estimated peak (2GiB, 800MiB): vmap maps fewer tasks "
-             "at a time.")] = None,
+             "at a time; scoring runs one task at a time where several would not fit.")
+    ] = None,
     compile_: Annotated[bool, typer.Option(
         "--compile", rich_help_panel=ALGORITHM_PANEL,
         help="Compile the whole meta-gradient with torch.compile (first step: about a "

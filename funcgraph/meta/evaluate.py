@@ -65,6 +65,10 @@ class EvalResult:
                    int(record["episodes"]))
 
 
+EVAL_BATCH = 50
+"""Tasks :func:`evaluate` draws and scores at once by default."""
+
+
 def evaluate(
     learner: MetaLearner,
     meta_params: Params,
@@ -72,7 +76,7 @@ def evaluate(
     *,
     key: Key,
     episodes: int = 600,
-    batch: int = 50,
+    batch: int = EVAL_BATCH,
     strategy: str = "auto",
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
@@ -125,4 +129,4 @@ def evaluate(
                       episodes)
 
 
-__all__ = ["EvalResult", "TaskSampler", "confidence_interval", "evaluate"]
+__all__ = ["EVAL_BATCH", "EvalResult", "TaskSampler", "confidence_interval", "evaluate"]

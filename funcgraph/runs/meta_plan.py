@@ -17,7 +17,7 @@ import torch
 
 from .. import random
 from ..errors import ConfigError
-from ..meta.evaluate import TaskSampler
+from ..meta.evaluate import EVAL_BATCH, TaskSampler
 from ..meta.learner import MetaLearner
 from ..meta.registry import algorithm_type
 from ..meta.strategy import (
@@ -163,12 +163,35 @@ def task_size(sample: TaskSampler) -> int:
     return examples_per_task(sample(random.key(0), 1))
 
 
-def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device) -> str:
+def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device,
+                  learner: MetaLearner, params: Params) -> str:
     """How validation and the test run their tasks: ``cfg.strategy`` where it names one, else
     the measured default for the device and the evaluation tasks' size (usually larger than
-    training's: 15 queries per class). ``funcgraph evaluate`` scores a run the same way."""
-    return resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
-                            examples_per_task=task_size(sources.val))
+    training's: 15 queries per class). ``funcgraph evaluate`` scores a run the same way.
+
+    Under ``--max-memory`` (``cfg.max_memory``) a strategy that scores several tasks at once
+    (threads: one per worker; vmap: a chunk) gives way to the loop, one task at a time, where
+    that many evaluation graphs would not fit beside the process's resident memory; a bound
+    one evaluation task cannot meet is refused. A task's bytes are those its evaluation
+    allocates in all (:func:`~funcgraph.runs.memory.allocated_bytes`), an upper bound of
+    its peak, so the bound errs towards the loop.
+    """
+    strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
+                                examples_per_task=task_size(sources.val))
+    if cfg.max_memory is None:
+        return strategy
+    val = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
+    val = val.to(next(iter(params.values())).device)
+    _, per_task = allocated_bytes(lambda: learner.task_eval(params, val))
+    resident = resident_bytes() if device.type == "cpu" else 0
+    live = {"threads": torch.get_num_threads(),
+            "vmap": default_chunk_size(device) or EVAL_BATCH}.get(strategy, 1)
+    if resident + per_task > cfg.max_memory:
+        raise ConfigError(
+            f"--max-memory {fmt_bytes(cfg.max_memory)}: scoring one validation task needs "
+            f"about {fmt_bytes(resident + per_task)} ({fmt_bytes(per_task)} beside the "
+            f"{fmt_bytes(resident)} this process holds); raise it")
+    return strategy if resident + min(live, EVAL_BATCH) * per_task <= cfg.max_memory else "loop"
 
 
 def task_bytes(sample: TaskSampler) -> int:

@@ -290,7 +290,7 @@ def meta_train(
                                         examples_per_task=task_size(sources.train),
                                         probe=lambda s: step_fn(start, groups, s),
                                         compiled=cfg.compile)
-        test_strategy = eval_strategy(cfg, sources, dev)
+        test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"])
         metric_name = learner.objective.metric_name
 
         def validate(step: int, groups: Groups) -> dict[str, float]:
