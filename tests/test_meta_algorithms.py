@@ -252,7 +252,7 @@ def test_evaluate_is_deterministic_and_independent_of_batching() -> None:
 def test_auto_strategy_is_the_measured_default_and_measure_picks_the_faster() -> None:
     assert resolve_strategy("auto", "cpu") == DEFAULT_STRATEGY["cpu"]
     big = CPU_VMAP_MAX_EXAMPLES + 1
-    assert resolve_strategy("auto", "cpu", examples_per_task=big) == "threads"
+    assert resolve_strategy("auto", "cpu", examples_per_task=big) == "loop"
     assert resolve_strategy("auto", "cuda", examples_per_task=big) == "vmap"
     delays = {"loop": 0.02, "threads": 0.02, "vmap": 0.0}
     import time

@@ -53,14 +53,17 @@ DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"
 """The measured default per device type for small tasks (see :func:`default_strategy`)."""
 
 CPU_VMAP_MAX_EXAMPLES = 20
-"""On CPU, tasks with more examples (support + query) than this run on threads (a loop with
-one CPU thread).
+"""On CPU, tasks with more examples (support + query) than this run in a loop.
 
 Measured with ``benchmarks/meta_step.py`` (second-order MAML, meta-batch 32, 2 threads, wall
 clock): at 10 examples per task (5-way 1-shot, 1 query, strided conv4) vmap takes 0.214 s per
 meta-step against 0.294 s for the loop; at 80 (15 queries, pooled conv4) the loop takes
 1.2-1.5 s, while vmap took 15.1 s and 8 GB (an earlier measurement, 1 thread, CPU time,
 against 4.4 s for the loop of that time). The threshold lies between; 20 is on the safe side.
+For those large tasks the loop (every op on all threads) beats ``"threads"`` (one task per
+thread) once freed memory stays in the heap (:mod:`funcgraph.allocator`, as the commands
+run): at 15 queries, 2 threads, 0.922 against 1.014 s per step on pooled conv4 and 0.423
+against 0.506 s on strided conv4 (records in ``results/meta_step.jsonl``), with less memory.
 """
 
 
@@ -84,12 +87,12 @@ def default_chunk_size(device: torch.device | str) -> int | None:
 
 
 def default_strategy(device: torch.device | str, examples_per_task: int | None = None) -> str:
-    """The measured default: ``"vmap"``, except ``"threads"`` on CPU for large tasks."""
+    """The measured default: ``"vmap"``, except ``"loop"`` on CPU for large tasks."""
     kind = torch.device(device).type
     if kind == "cpu" and examples_per_task is not None and (
         examples_per_task > CPU_VMAP_MAX_EXAMPLES
     ):
-        return "threads"
+        return "loop"
     return DEFAULT_STRATEGY.get(kind, "loop")
 
 
@@ -283,13 +286,12 @@ def resolve_strategy(
     ``"auto"`` is :func:`default_strategy` for the device and task size; ``"measure"`` times
     ``probe(strategy)`` (a meta-step on a real batch) with :func:`measure_strategies` and
     keeps the faster. With ``compiled`` (a compiled meta-step) the candidates are ``"loop"``
-    and ``"vmap"``, each measured compiled, and ``"auto"``'s threads become a loop.
+    and ``"vmap"``, each measured compiled (``"auto"`` never takes threads).
     """
     if strategy not in CHOICES:
         raise ConfigError(f"strategy must be one of {CHOICES}, got {strategy!r}")
     if strategy == "auto":
-        chosen = default_strategy(device, examples_per_task)
-        return "loop" if compiled and chosen == "threads" else chosen
+        return default_strategy(device, examples_per_task)
     if strategy == "measure":
         if probe is None:
             raise ConfigError("resolve_strategy: 'measure' needs a probe function")
