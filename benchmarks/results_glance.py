@@ -61,11 +61,15 @@ class Runs:
                 f"{min(accs):.2f} to {max(accs):.2f})")
 
 
-def _measured_at(figure: dict[str, Any], queries: int, conv4: str) -> bool:
+def _measured_at(record: dict[str, Any], figure: dict[str, Any], queries: int, conv4: str,
+                 threads: int | None) -> bool:
     """Whether a ``meta_step`` figure row was measured at ``queries`` queries per class on
-    conv4's ``conv4`` variant (records before ``--variant`` existed are the pooled one)."""
+    conv4's ``conv4`` variant (records before ``--variant`` existed are the pooled one) with
+    ``threads`` CPU threads (the command's ``OMP_NUM_THREADS``; ``None``: any)."""
     config = figure.get("config", {})
-    return bool(config.get("queries") == queries and config.get("variant", "pool") == conv4)
+    given = re.match(r"OMP_NUM_THREADS=(\d+) ", record["command"])
+    return bool(config.get("queries") == queries and config.get("variant", "pool") == conv4
+                and (threads is None or (given is not None and int(given[1]) == threads)))
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,14 @@ class Speed:
     ours: tuple[str, ...] = ()
     conv4: str = "pool"
     """conv4's variant in the record's config (``--variant``)."""
+    threads: int | None = None
+    """The record's CPU threads (``None``: any)."""
 
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             rows = {f["variant"]: f["s_per_step"] for f in record["figures"]
-                    if "variant" in f and _measured_at(f, self.queries, self.conv4)}
+                    if "variant" in f and _measured_at(record, f, self.queries, self.conv4,
+                                                       self.threads)}
             other = rows.get(self.against)
             # unless named: funcgraph's conv4 in float32
             ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
@@ -106,12 +113,15 @@ class Split:
     ours: str
     conv4: str = "pool"
     """conv4's variant in the record's config (``--variant``)."""
+    threads: int | None = None
+    """The record's CPU threads (``None``: any)."""
 
     def figure(self, read: Records) -> str | None:
         for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
             for f in record["figures"]:
                 if f.get("split_of") == self.ours and any(
-                        _measured_at(g, self.queries, self.conv4) for g in record["figures"]):
+                        _measured_at(record, g, self.queries, self.conv4, self.threads)
+                        for g in record["figures"]):
                     return (f"{f['speedup_vs_baseline']:.2f}x = {f['rewrites']:.2f}x from "
                             f"conv4's rewrites * {f['machinery']:.2f}x from the engine")
         return None
@@ -164,29 +174,37 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
     (Settings("ProtoNet, MAML and MAML++ defaults on glyphs in the four standard settings "
               "(5-way and 20-way, 1-shot and 5-shot)"),
      META + "#the-four-standard-settings"),
-    (Speed("One MAML meta-step (conv4, 32 tasks, one thread), 15 queries per class: speed-up "
-           "over a clone-and-adapt loop",
-           15, "baseline (clone-and-adapt loop)"), META),
+    (Speed("One MAML meta-step (conv4, 32 tasks, one thread, CPU time), 15 queries per class: "
+           "speed-up over a clone-and-adapt loop",
+           15, "baseline (clone-and-adapt loop)", threads=1), META),
     (Speed("At 15 queries, the same conv4 written as a plain `nn.Module`, "
            "`meta.maml(module)`", 15, "baseline (clone-and-adapt loop)",
-           ("funcgraph auto+module",)), META),
+           ("funcgraph auto+module",), threads=1), META),
     (Speed("At 15 queries in bfloat16 (`precision=\"bf16\"`; the record's AMD EPYC: AVX-512 BF16, "
-           "no AMX)", 15, "baseline (clone-and-adapt loop)", ("funcgraph auto+bf16",)), META),
+           "no AMX)", 15, "baseline (clone-and-adapt loop)", ("funcgraph auto+bf16",),
+           threads=1), META),
     (Speed("The same meta-step: speed-up over `higher`", 15,
            "higher (innerloop_ctx, installed)"), META),
     (Speed("The same at 1 query per class (meta-train's default query count)",
-           1, "baseline (clone-and-adapt loop)"), META),
+           1, "baseline (clone-and-adapt loop)", threads=1), META),
     (Split("At 1 query, funcgraph's conv4 (`strategy=\"auto\"`: vmap, 16 tasks at a time): "
-           "the model's part and the engine's", 1, "funcgraph auto"), META),
+           "the model's part and the engine's", 1, "funcgraph auto", threads=1), META),
     (Speed("At 1 query, the same conv4 written as a plain `nn.Module`, `meta.maml(module)`",
-           1, "baseline (clone-and-adapt loop)", ("funcgraph auto+module",)), META),
+           1, "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=1), META),
     (Speed("At 1 query, `maml(module)` with the meta-step compiled (`compile=True`)",
            1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",)), META),
+    (Speed("The pooled conv4 step at two threads, wall clock, 1 query: `maml(module)`", 1,
+           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=2), META),
+    (Speed("The same at two threads, 15 queries: `maml(module)`", 15,
+           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=2), META),
+    (Speed("The same at two threads, 15 queries: funcgraph's conv4, float32", 15,
+           "baseline (clone-and-adapt loop)", threads=2), META),
     (Speed("meta-train's own default step (strided conv4, 1 query, two threads, "
            "`strategy=\"auto\"`)", 1, "baseline (clone-and-adapt loop)", ("funcgraph auto",),
-           "strided"), META),
+           "strided", threads=2), META),
     (Speed("The same strided conv4 as a plain `nn.Module`, `meta.maml(module)`", 1,
-           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), "strided"), META),
+           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), "strided",
+           threads=2), META),
 )
 
 
