@@ -259,6 +259,41 @@ def test_two_workers_share_one_study(tmp_path: Path) -> None:
     assert len({t.params["inner_lr"] for t in finished}) == len(finished), "distinct draws"
 
 
+def test_a_sigterm_to_the_command_stops_every_worker_and_keeps_their_trials(
+        tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    space = tmp_path / "long.toml"
+    space.write_text(TINY.format(fixed="").replace("steps = 4", "steps = 100000")
+                     .replace("validate_every = 2", "validate_every = 20"))
+    command = subprocess.Popen(
+        [sys.executable, "-m", "funcgraph", "tune", "run", str(space), "--study",
+         str(tmp_path / "study"), "--workers", "2", "--threads", "1", "--pruner", "none"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    trials = [tmp_path / "study" / "trials" / f"trial-{n:04d}" / "metrics.jsonl"
+              for n in (0, 1)]
+    deadline = time.monotonic() + 240
+    while not all(t.exists() and '"validation"' in t.read_text() for t in trials):
+        assert command.poll() is None, command.communicate()[0]
+        assert time.monotonic() < deadline, "the workers never validated"
+        time.sleep(0.2)
+    command.send_signal(signal.SIGTERM)  # the command alone, as a scheduler's stop
+    output = command.communicate(timeout=120)[0]
+    assert command.returncode != 0, output
+    study = optuna.load_study(study_name="study", storage=f"sqlite:///{tmp_path}/study/study.db")
+    assert sorted(t.state.name for t in study.trials) == ["FAIL", "FAIL"], output
+    assert all(t.user_attrs["interrupted"] for t in study.trials), "saved to be resumed"
+    for trial in study.trials:  # no worker outlives the command
+        pid = int(trial.user_attrs["process"].rsplit(" ", 1)[1])
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path: Path) -> None:
     import shlex
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +97,6 @@ def _worker_main(opts: TuneOptions, worker: int) -> None:
 def stop_on_sigterm() -> None:
     """Treat SIGTERM (a scheduler's or ``kill``'s stop) as Ctrl-C, so a running trial saves
     its checkpoint and is retried when the study resumes."""
-    import signal
-
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
@@ -178,18 +178,33 @@ def tune(opts: TuneOptions, echo: Echo = print) -> Any:
 
 
 def _run_workers(opts: TuneOptions) -> None:
+    """Run ``opts.workers`` spawned workers to the end. A Ctrl-C reaches every process of
+    the terminal's group; a SIGTERM sent to this process alone is passed on to each worker,
+    so either way every worker saves its trial before this one returns."""
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_worker_main, args=(opts, i), daemon=False)
                for i in range(opts.workers)]
     for w in workers:
         w.start()
+
+    def pass_on(signum: int, frame: object) -> None:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()  # SIGTERM: the worker saves its trial (stop_on_sigterm)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, pass_on) if main else None
     try:
         for w in workers:
             w.join()
     except KeyboardInterrupt:
-        for w in workers:  # each got the Ctrl-C too and is saving its trial
+        for w in workers:  # each is saving its trial
             w.join(timeout=120)
         raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     codes = [w.exitcode for w in workers]
     if any(c not in (0, None) for c in codes):
         raise RunDirectoryError(f"tune: worker exit codes {codes}; the study keeps every "
