@@ -263,6 +263,38 @@ def test_pools_equal_modules(
     check_matches_module(model, module, _maybe_strided(x, strided))
 
 
+@given(kernel=st.integers(1, 3), stride=st.sampled_from([None, 1, 2]), pad_frac=st.integers(0, 1),
+       dilation=st.integers(1, 2), ceil_mode=st.booleans(), size=st.integers(5, 7),
+       levels=st.sampled_from([0, 3]), seed=st.integers(0, 99))
+def test_max_pool_under_transforms_equals_torchs_to_the_second_derivative(
+    kernel: int, stride: int | None, pad_frac: int, dilation: int, ceil_mode: bool,
+    size: int, levels: int, seed: int,
+) -> None:
+    """funcgraph's max-pool under vmap and grad (a gather at indices found on another layout)
+    against ``F.max_pool2d``: values, gradients and second-order gradients agree exactly,
+    ties included (``levels`` > 0 draws from a few values, so windows hold equal maxima)."""
+    from torch.func import grad, vmap
+
+    torch.manual_seed(seed)
+    shape = (2, 3, 2, size, size + 1)  # 2 tasks of (3, 2, H, W)
+    x = (torch.randint(0, levels, shape).double() if levels else
+         torch.randn(shape, dtype=torch.float64))
+    settings = (kernel, stride, pad_frac * (kernel // 2), dilation, ceil_mode)
+
+    def loss(scale: Tensor, v: Tensor, pool: Any) -> Tensor:
+        return (pool(v * scale, *settings) ** 2).sum()
+
+    def outer(scale: Tensor, v: Tensor, pool: Any) -> Tensor:
+        inner = grad(loss)(scale, v, pool)  # a MAML-like step: second order through the pool
+        return loss(scale - 0.1 * inner, v, pool)
+
+    scale = torch.randn(2, 1, 2, 1, 1, dtype=torch.float64)
+    for fn in (lambda s, v, p: p(v * s, *settings), grad(loss), grad(outer)):
+        ours = vmap(fn, in_dims=(0, 0, None))(scale, x, fg.nn.max_pool)
+        torchs = vmap(fn, in_dims=(0, 0, None))(scale, x, torch.nn.functional.max_pool2d)
+        assert torch.equal(ours, torchs)
+
+
 @given(kind=st.sampled_from(["max", "avg"]), out_h=st.integers(1, 3), out_w=st.integers(1, 3),
        square=st.booleans(), h=st.integers(1, 6), w=st.integers(1, 6), dtype=DTYPES)
 def test_adaptive_pools_equal_modules(

@@ -16,7 +16,7 @@ transductive batch norm, as MAML does, so the model has no state and
 the mean/var form under ``torch.func`` transforms, whose second-order gradients are correct
 under ``vmap`` (native ``F.batch_norm``'s are not in torch 2.13), the native kernel outside.
 
-Three exact rewrites make it faster on CPU, with the same function and gradients:
+Four exact rewrites make it faster on CPU, with the same function and gradients:
 
 * Each block is :func:`funcgraph.nn.conv_batch_norm`. The first block's 3x3 patches over one
   channel are 9 values wide against 64 outputs, so its batch statistics come from the
@@ -25,6 +25,9 @@ Three exact rewrites make it faster on CPU, with the same function and gradients
 * ``max_pool(relu(z)) == relu(max_pool(z))`` (ReLU is monotone), so the ``"pool"`` variant
   applies ReLU after pooling, on a quarter of the values (the gradients agree too: where the
   window's maximum is <= 0 both are zero).
+* Inside transforms the max-pool is :func:`funcgraph.nn.max_pool`: each window's maximum is
+  found on a channels-last copy outside autograd and gathered, the same values and gradients
+  as torch's NCHW max-pool in about 40% of its time.
 * Outside ``torch.func`` transforms, the input is laid out channels-last
   (:func:`funcgraph.nn.channels_last`, a view for one-channel images) and every activation
   follows: the convolution, batch-norm and max-pool kernels are faster on that layout (see
@@ -123,7 +126,7 @@ def conv4(
         for name in blocks:
             x = run(name, x)
             if variant == "pool":
-                x = F.max_pool2d(x, 2)
+                x = nn.max_pool(x, 2)
             x = torch.relu(x)
         # (B, hidden, h, w) -> (B, features)
         x = x.mean(dim=(2, 3)) if variant == "strided" else x.flatten(1)

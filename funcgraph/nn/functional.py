@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import check_ints
+from ..control import in_transform
 from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
@@ -32,6 +33,29 @@ def channels_last(x: Tensor) -> Tensor:
     if x.dim() == 4 and x.shape[1] == 1 and x.is_contiguous():
         return x.as_strided(x.shape, (x.stride(0), 1, x.stride(2), x.stride(3)))
     return x.contiguous(memory_format=torch.channels_last)
+
+
+def max_pool(x: Tensor, kernel_size: int | tuple[int, int],
+             stride: int | tuple[int, int] | None = None, padding: int | tuple[int, int] = 0,
+             dilation: int | tuple[int, int] = 1, ceil_mode: bool = False) -> Tensor:
+    """``F.max_pool2d(x, ...)``: the same values and the same gradients (each window's first
+    maximum takes its gradient), faster on CPU inside ``torch.func`` transforms.
+
+    Inside ``vmap`` and ``grad`` a 4-D activation is laid out NCHW (channels-last cannot be
+    asked for there), where torch's CPU max-pool searching each window is several times
+    slower than on a channels-last layout: measured on a vmapped (16 tasks, 10 images, 64
+    channels, 28x28) convolution output, 36 ms against 14 ms here. So the windows' maxima are
+    found on a channels-last copy, outside autograd, and the result is a ``gather`` of ``x``
+    at those indices, whose gradient (and the gradient of that, for second-order MAML) is
+    torch's own. Elsewhere (outside transforms, or on a GPU) this is ``F.max_pool2d``.
+    """
+    if x.device.type != "cpu" or x.dim() != 4 or not in_transform():
+        return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode=ceil_mode)
+    with torch.no_grad():
+        laid_out = x.movedim(1, -1).contiguous().movedim(-1, 1)  # NCHW view of NHWC memory
+        _, where = F.max_pool2d(laid_out, kernel_size, stride, padding, dilation,
+                                ceil_mode=ceil_mode, return_indices=True)
+    return x.flatten(2).gather(2, where.flatten(2)).view(where.shape)
 
 
 def lift(fn: Callable[[Tensor], Tensor], name: str | None = None, **meta: Any) -> Model:
@@ -107,7 +131,7 @@ def max_pool2d(
     """Max pooling over ``(B, C, H, W)``, as ``nn.MaxPool2d``."""
     _check_pool("max_pool2d", kernel_size, stride, padding)
     return lift(
-        lambda x: F.max_pool2d(x, kernel_size, stride, padding, ceil_mode=ceil_mode),
+        lambda x: max_pool(x, kernel_size, stride, padding, ceil_mode=ceil_mode),
         "max_pool2d", kernel_size=kernel_size, stride=stride, padding=padding,
     )
 

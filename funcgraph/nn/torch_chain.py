@@ -41,6 +41,8 @@ from torch.fx import Node, symbolic_trace
 from torch.nn.modules import module as torch_module
 from torch.nn.utils import parametrize
 
+from .functional import max_pool
+
 LAYERS: tuple[type[nn.Module], ...] = (
     nn.Conv1d, nn.Conv2d, nn.Linear, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 """torch layers with params or state that a chain may hold (exact types)."""
@@ -63,6 +65,9 @@ FUNCTIONS: dict[Callable[..., Any], str] = {
 
 METHODS = frozenset({"relu", "flatten", "mean", "tanh", "sigmoid", "view", "reshape"})
 """Tensor methods a chain may call (none in place)."""
+
+POOL_ARGS = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+"""``F.max_pool2d``'s arguments after the input, in order."""
 
 
 @dataclass(frozen=True)
@@ -104,14 +109,24 @@ class Op:
         return self.label
 
     def __call__(self, x: Any, train: bool) -> Any:
-        """Run a parameter-free op exactly as the module's forward would."""
+        """Run a parameter-free op exactly as the module's forward would (a max-pool as
+        :func:`funcgraph.nn.max_pool`: the same values and gradients, faster under
+        transforms)."""
         if isinstance(self.layer, nn.Dropout):
             return F.dropout(x, self.layer.p, train, self.layer.inplace)
+        if isinstance(self.layer, nn.MaxPool2d) and self.role == "max_pool2d":
+            pool = self.layer
+            return max_pool(x, pool.kernel_size, pool.stride, pool.padding, pool.dilation,
+                            pool.ceil_mode)
         if self.layer is not None:
             return self.layer.forward(x)
         args, kwargs = self.args, self.kwargs
         if self.reads_size:
             args, kwargs = _map((args, kwargs), lambda v: v(x) if isinstance(v, Size) else v)
+        if self.role == "max_pool2d":
+            settings = {**dict(zip(POOL_ARGS, args, strict=False)), **kwargs}
+            settings.pop("return_indices", None)
+            return max_pool(x, **settings)
         if isinstance(self.fn, str):
             return getattr(x, self.fn)(*args, **kwargs)
         assert self.fn is not None

@@ -13,6 +13,8 @@ params, state and names, and the rewrites :func:`funcgraph.models.conv4` makes, 
   ``torch.func`` transforms, whose second-order gradients are right under ``vmap``);
 * ``ReLU -> MaxPool2d`` runs as ``MaxPool2d -> ReLU`` (ReLU is monotone: the same values and
   gradients, on a quarter of the values for 2x2 pooling);
+* a max-pool (``MaxPool2d``, ``F.max_pool2d``) runs as :func:`~funcgraph.nn.max_pool`, whose
+  window search is faster inside transforms;
 * outside transforms a 4-D input is laid out channels-last, and a 4-D output is returned
   contiguous again.
 
