@@ -27,7 +27,7 @@ Four exact rewrites make it faster on CPU, with the same function and gradients:
   window's maximum is <= 0 both are zero).
 * Inside transforms the max-pool is :func:`funcgraph.nn.max_pool`: each window's maximum is
   found on a channels-last copy outside autograd and gathered, the same values and gradients
-  as torch's NCHW max-pool in about 40% of its time.
+  as torch's NCHW max-pool in about half its time.
 * Outside ``torch.func`` transforms, the input is laid out channels-last
   (:func:`funcgraph.nn.channels_last`, a view for one-channel images) and every activation
   follows: the convolution, batch-norm and max-pool kernels are faster on that layout (see

@@ -43,8 +43,9 @@ def max_pool(x: Tensor, kernel_size: int | tuple[int, int],
 
     Inside ``vmap`` and ``grad`` a 4-D activation is laid out NCHW (channels-last cannot be
     asked for there), where torch's CPU max-pool searching each window is several times
-    slower than on a channels-last layout: measured on a vmapped (16 tasks, 10 images, 64
-    channels, 28x28) convolution output, 36 ms against 14 ms here. So the windows' maxima are
+    slower than on a channels-last layout: on a vmapped convolution's output (16 tasks of 10
+    images, 64 channels, 28x28, one thread) 34.8 ms against 16.2 ms here
+    (``benchmarks/max_pool.py``, ``results/max_pool.jsonl``). So the windows' maxima are
     found on a channels-last copy, outside autograd, and the result is a ``gather`` of ``x``
     at those indices, whose gradient (and the gradient of that, for second-order MAML) is
     torch's own. Elsewhere (outside transforms, or on a GPU) this is ``F.max_pool2d``.
