@@ -322,8 +322,9 @@ def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path
         assert (opts.study_dir / "plots" / name).stat().st_size > 1000
 
 
-def row(number: int, value: float | None, cpu_s: float, state: str = "complete") -> TrialRow:
-    return TrialRow(number, state, value, 10, cpu_s, {}, None, None)
+def row(number: int, value: float | None, cpu_s: float, state: str = "complete",
+        run_dir: str | None = None) -> TrialRow:
+    return TrialRow(number, state, value, 10, cpu_s, {}, run_dir, None)
 
 
 def test_the_front_holds_the_trials_no_other_beats_at_both() -> None:
@@ -333,6 +334,11 @@ def test_the_front_holds_the_trials_no_other_beats_at_both() -> None:
     assert [r.number for r in front(rows, "acc")] == [0, 6, 1, 3, 4]
     # On an error the lower figure is the better.
     assert [r.number for r in front(rows, "mse")] == [0, 6]
+    # A retry costs what all its run's attempts cost: 50 + 80 CPU s, more than trial 0.
+    retried = [row(0, 0.90, 100, run_dir="trials/trial-0000"),
+               row(1, None, 50, "fail", run_dir="trials/trial-0001"),
+               row(2, 0.90, 80, run_dir="trials/trial-0001")]
+    assert [(r.number, r.cpu_s) for r in front(retried, "acc")] == [(0, 100)]
 
 
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 20)), min_size=1, max_size=12))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -93,7 +93,8 @@ def best_trial(study: Any) -> Any | None:
 
 def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     """The complete trials no other complete trial beats at both validation figure and CPU
-    seconds (better at one, no worse at the other), cheapest first.
+    seconds (better at one, no worse at the other), cheapest first. A retry's CPU seconds
+    count every attempt of its run (an interrupted attempt's too): what the run cost.
 
     A study has one objective (a pruner needs one), so accuracy against cost is read here, on
     finished trials: a default is chosen on this front, not by the best figure alone.
@@ -101,7 +102,11 @@ def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     def better(a: float, b: float) -> bool:
         return a > b if metric == "acc" else a < b
 
-    done = [r for r in rows if r.state == "complete" and r.value is not None]
+    spent: dict[str, float] = {}
+    for r in rows:
+        spent[r.run_dir or str(r.number)] = spent.get(r.run_dir or str(r.number), 0) + r.cpu_s
+    done = [replace(r, cpu_s=spent[r.run_dir or str(r.number)]) for r in rows
+            if r.state == "complete" and r.value is not None]
 
     def beaten(r: TrialRow) -> bool:
         assert r.value is not None
