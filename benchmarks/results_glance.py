@@ -184,7 +184,7 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
            "no AMX)", 15, "baseline (clone-and-adapt loop)", ("funcgraph auto+bf16",),
            threads=1), META),
     (Speed("The same meta-step: speed-up over `higher`", 15,
-           "higher (innerloop_ctx, installed)"), META),
+           "higher (innerloop_ctx, installed)", threads=1), META),
     (Speed("The same at 1 query per class (meta-train's default query count)",
            1, "baseline (clone-and-adapt loop)", threads=1), META),
     (Split("At 1 query, funcgraph's conv4 (`strategy=\"auto\"`: vmap, 16 tasks at a time): "
@@ -192,7 +192,8 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
     (Speed("At 1 query, the same conv4 written as a plain `nn.Module`, `meta.maml(module)`",
            1, "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=1), META),
     (Speed("At 1 query, `maml(module)` with the meta-step compiled (`compile=True`)",
-           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",)), META),
+           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",),
+           threads=1), META),
     (Speed("The pooled conv4 step at two threads, wall clock, 1 query: `maml(module)`", 1,
            "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=2), META),
     (Speed("The same at two threads, 15 queries: `maml(module)`", 15,

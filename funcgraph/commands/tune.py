@@ -143,7 +143,8 @@ def show(
         _echo(f"  {command}")
     on_front = front(rows, metric)
     if on_front:
-        _echo("front (no complete trial is better at both validation and CPU seconds):")
+        _echo("front (no other complete trial is as good at both validation and CPU "
+              "seconds and better at one; a run's CPU seconds sum its attempts):")
         for r in on_front:
             _echo(f"  trial {r.number}: {shown_value(cast(float, r.value), metric)} in "
                   f"{r.cpu_s:.0f} CPU s")

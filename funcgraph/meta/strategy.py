@@ -10,15 +10,16 @@ rounding); which is faster depends on the device and the task shape:
   instead of inside each operation. A task's many small operations (the support set's
   forward, backward and double backward) barely speed up from one intra-op thread to two,
   while two tasks at once do; torch releases the GIL inside its kernels and the autograd
-  engine. The faster choice on a multi-core CPU for large tasks (15 queries per class), at
-  the price of one task graph per worker in memory; see ``benchmarks/meta_step.py`` and
+  engine. Memory: one task graph per worker. With freed memory kept in the heap (as the
+  commands run) the loop was the faster on a 2-core CPU even for large tasks
+  (:data:`CPU_VMAP_MAX_EXAMPLES`); see ``benchmarks/meta_step.py`` and
   ``docs/meta-learning.md``. Results are summed in task order, so they are deterministic.
 * ``"vmap"`` runs all tasks as one batched computation (``torch.func.vmap``): few large
   kernels, which is what accelerators want; ``chunk_size`` bounds its memory (it maps that
   many tasks at a time), down to one task per chunk.
 
 ``"auto"`` takes the measured default for the device and task size
-(:func:`default_strategy`); ``"measure"`` times both on the real batch and keeps the faster
+(:func:`default_strategy`); ``"measure"`` times each on the real batch and keeps the fastest
 (:func:`measure_strategies`).
 
 Task keys (:attr:`~funcgraph.meta.learner.Task.key`) travel with their tasks: ``pick`` hands

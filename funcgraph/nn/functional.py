@@ -48,9 +48,11 @@ def max_pool(x: Tensor, kernel_size: int | tuple[int, int],
     (``benchmarks/max_pool.py``, ``results/max_pool.jsonl``). So the windows' maxima are
     found on a channels-last copy, outside autograd, and the result is a ``gather`` of ``x``
     at those indices, whose gradient (and the gradient of that, for second-order MAML) is
-    torch's own. Elsewhere (outside transforms, or on a GPU) this is ``F.max_pool2d``.
+    torch's own. Elsewhere (outside transforms, on a GPU, or while ``torch.compile`` traces:
+    the compiler makes its own kernel) this is ``F.max_pool2d``.
     """
-    if x.device.type != "cpu" or x.dim() != 4 or not in_transform():
+    if (x.device.type != "cpu" or x.dim() != 4 or not in_transform()
+            or torch.compiler.is_compiling()):
         return F.max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode=ceil_mode)
     with torch.no_grad():
         laid_out = x.movedim(1, -1).contiguous().movedim(-1, 1)  # NCHW view of NHWC memory

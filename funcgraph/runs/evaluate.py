@@ -135,7 +135,7 @@ def evaluate_run(
     scorer = evaluation_learner(cfg, learner, params, sources, dev)
     result = evaluate(scorer, params, sources.test, key=key,
                       episodes=cfg.test_episodes if episodes is None else episodes,
-                      strategy=eval_strategy(cfg, sources, dev, learner, params), device=dev,
+                      strategy=eval_strategy(cfg, sources, dev, scorer, params), device=dev,
                       precision=cfg.precision)
     metric = learner.objective.metric_name
     tests = [r for r in run.metrics() if r.get("kind") == "test" and metric in r]

@@ -10,7 +10,7 @@ the device's free memory cannot hold: what ``--dry-run`` shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import torch
@@ -164,7 +164,8 @@ def task_size(sample: TaskSampler) -> int:
 
 
 def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.device,
-                  learner: MetaLearner, params: Params) -> str:
+                  learner: MetaLearner, params: Params,
+                  echo: Callable[[str], object] | None = None) -> str:
     """How validation and the test run their tasks: ``cfg.strategy`` where it names one, else
     the measured default for the device and the evaluation tasks' size (usually larger than
     training's: 15 queries per class). ``funcgraph evaluate`` scores a run the same way.
@@ -172,16 +173,17 @@ def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.devi
     Under ``--max-memory`` (``cfg.max_memory``) a strategy that scores several tasks at once
     (threads: one per worker; vmap: a chunk) gives way to the loop, one task at a time, where
     that many evaluation graphs would not fit beside the process's resident memory; a bound
-    one evaluation task cannot meet is refused. A task's bytes are those its evaluation
-    allocates in all (:func:`~funcgraph.runs.memory.allocated_bytes`), an upper bound of
-    its peak, so the bound errs towards the loop.
+    one evaluation task cannot meet is refused, and ``echo`` gets a line when the loop is
+    taken. A task's bytes are those ``learner``'s evaluation allocates in all
+    (:func:`~funcgraph.runs.memory.allocated_bytes`), an upper bound of its peak, so the bound
+    errs towards the loop.
     """
     strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
                                 examples_per_task=task_size(sources.val))
     if cfg.max_memory is None:
         return strategy
     val = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
-    val = val.to(next(iter(params.values())).device)
+    val = val.to(device)
     _, per_task = allocated_bytes(lambda: learner.task_eval(params, val))
     resident = resident_bytes() if device.type == "cpu" else 0
     live = {"threads": torch.get_num_threads(),
@@ -191,7 +193,14 @@ def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.devi
             f"--max-memory {fmt_bytes(cfg.max_memory)}: scoring one validation task needs "
             f"about {fmt_bytes(resident + per_task)} ({fmt_bytes(per_task)} beside the "
             f"{fmt_bytes(resident)} this process holds); raise it")
-    return strategy if resident + min(live, EVAL_BATCH) * per_task <= cfg.max_memory else "loop"
+    at_once = min(live, EVAL_BATCH)
+    if resident + at_once * per_task <= cfg.max_memory:
+        return strategy
+    if echo is not None:
+        echo(f"--max-memory {fmt_bytes(cfg.max_memory)}: scoring runs one task at a time "
+             f"(loop), not {at_once} at once ({strategy}, about "
+             f"{fmt_bytes(resident + at_once * per_task)})")
+    return "loop"
 
 
 def task_bytes(sample: TaskSampler) -> int:

@@ -290,7 +290,9 @@ def meta_train(
                                         examples_per_task=task_size(sources.train),
                                         probe=lambda s: step_fn(start, groups, s),
                                         compiled=cfg.compile)
-        test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"])
+        # The training learner stands in for the scorer: running statistics change no sizes.
+        test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"],
+                                      echo if env.is_main else None)
         metric_name = learner.objective.metric_name
 
         def validate(step: int, groups: Groups) -> dict[str, float]:

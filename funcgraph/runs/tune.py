@@ -98,6 +98,9 @@ def stop_on_sigterm() -> None:
     """Treat SIGTERM (a scheduler's or ``kill``'s stop) as Ctrl-C, so a running trial saves
     its checkpoint and is retried when the study resumes."""
     def interrupt(signum: int, frame: object) -> None:
+        # Once: a stop sent to the process group and passed on by the command arrives twice,
+        # and a second interrupt must not break the checkpoint the first one is saving.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
@@ -184,27 +187,34 @@ def _run_workers(opts: TuneOptions) -> None:
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_worker_main, args=(opts, i), daemon=False)
                for i in range(opts.workers)]
-    for w in workers:
-        w.start()
 
     def pass_on(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the wait below is not cut short
         for w in workers:
             if w.is_alive():
                 w.terminate()  # SIGTERM: the worker saves its trial (stop_on_sigterm)
         raise KeyboardInterrupt
 
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, pass_on) if main else None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if main:
+        signal.signal(signal.SIGTERM, pass_on)
     try:
+        for w in workers:
+            w.start()
         for w in workers:
             w.join()
     except KeyboardInterrupt:
-        for w in workers:  # each is saving its trial
-            w.join(timeout=120)
+        if main:  # a second Ctrl-C or stop: still wait for the workers' checkpoints
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for w in workers:
+            if w.is_alive():
+                w.join(timeout=120)
         raise
     finally:
         if main:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
     codes = [w.exitcode for w in workers]
     if any(c not in (0, None) for c in codes):
         raise RunDirectoryError(f"tune: worker exit codes {codes}; the study keeps every "

@@ -169,7 +169,8 @@ def chosen_trial(study: Any, study_dir: Path, number: int) -> Any:
     """Trial ``number`` of the study, refused in one line unless it is complete."""
     trials = study.get_trials(deepcopy=False)
     if not 0 <= number < len(trials):
-        raise ConfigError(f"--trial {number}: {study_dir} holds trials 0 to {len(trials) - 1}")
+        held = f"trials 0 to {len(trials) - 1}" if trials else "no trials"
+        raise ConfigError(f"--trial {number}: {study_dir} holds {held}")
     if trials[number].state.name != "COMPLETE":
         raise ConfigError(f"--trial {number}: that trial is "
                           f"{trials[number].state.name.lower()}, not complete; confirm a "

@@ -91,6 +91,15 @@ def best_trial(study: Any) -> Any | None:
         return None
 
 
+def run_costs(rows: list[TrialRow]) -> list[TrialRow]:
+    """``rows`` with each one's CPU seconds those of its whole run: a retry's attempts (an
+    interrupted attempt's included) summed, as the run directory they share cost."""
+    spent: dict[str, float] = {}
+    for r in rows:
+        spent[r.run_dir or str(r.number)] = spent.get(r.run_dir or str(r.number), 0) + r.cpu_s
+    return [replace(r, cpu_s=spent[r.run_dir or str(r.number)]) for r in rows]
+
+
 def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     """The complete trials no other complete trial beats at both validation figure and CPU
     seconds (better at one, no worse at the other), cheapest first. A retry's CPU seconds
@@ -102,11 +111,7 @@ def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     def better(a: float, b: float) -> bool:
         return a > b if metric == "acc" else a < b
 
-    spent: dict[str, float] = {}
-    for r in rows:
-        spent[r.run_dir or str(r.number)] = spent.get(r.run_dir or str(r.number), 0) + r.cpu_s
-    done = [replace(r, cpu_s=spent[r.run_dir or str(r.number)]) for r in rows
-            if r.state == "complete" and r.value is not None]
+    done = [r for r in run_costs(rows) if r.state == "complete" and r.value is not None]
 
     def beaten(r: TrialRow) -> bool:
         assert r.value is not None
@@ -199,7 +204,7 @@ def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
             figure.savefig(folder / name, dpi=100)
             plt.close(figure)
             written.append(folder / name)
-    rows = trial_rows(study)
+    rows = run_costs(trial_rows(study))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     scale = 100 if metric == "acc" else 1
     for state, marker in (("complete", "o"), ("pruned", "x")):
@@ -214,7 +219,7 @@ def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
         for r in on_front:
             ax.annotate(str(r.number), (r.cpu_s, scale * cast(float, r.value)), fontsize=8,
                         xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("CPU seconds of the trial")
+    ax.set_xlabel("CPU seconds of the trial's run (a retry's attempts summed)")
     ax.set_ylabel(("validation accuracy (%)" if metric == "acc" else f"validation {metric}")
                   + " (pruned: at its last report)")
     ax.set_title("accuracy against cost")
@@ -235,4 +240,4 @@ def _last(study: Any, row: TrialRow) -> float | None:
 
 
 __all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line", "front",
-           "table", "trial_rows", "write_plots"]
+           "run_costs", "table", "trial_rows", "write_plots"]
