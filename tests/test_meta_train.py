@@ -251,10 +251,10 @@ def test_defaults_layer_class_then_algorithm_then_dataset_then_the_users_options
         1, 32, 500, False)
     assert (mamlpp.inner_steps, mamlpp.meta_batch, mamlpp.steps, mamlpp.cosine_meta_lr,
             mamlpp.train_queries, mamlpp.rotate, mamlpp.meta_lr) == (
-        3, 16, 1596, True, 3, True, 1.989e-3)
+        3, 16, 2775, True, 3, True, 3.95e-3)
     assert maml.train_queries == 1 and not maml.rotate
     given = default_config("mamlpp", meta_batch=8, steps=None, rotate=False)
-    assert (given.meta_batch, given.steps, given.rotate) == (8, 1596, False)
+    assert (given.meta_batch, given.steps, given.rotate) == (8, 2775, False)
     assert not default_config("mamlpp", dataset="sinusoid").rotate
     assert default_config("mamlpp", dataset="sinusoid").meta_batch == 25
     assert default_config("reptile").inner_minibatches

@@ -18,12 +18,13 @@ docs/results/meta-learning.md):
 
 * MAML: one inner step at rate 0.5 in training and three at evaluation (learn2learn's
   Omniglot setting).
-* MAML++: found by a settings study (``funcgraph tune`` over
-  ``benchmarks/spaces/mamlpp_glyphs.toml``, chosen on the glyphs validation alphabets) and
-  confirmed unchanged on rgb-shapes with three seeds: three inner steps from rate 0.3117 (the
-  learned per-step rates' initial value), the multi-step loss annealed over 28.63% of the
-  run; its run recipe (in the algorithm registry) adds first order for the first 5 of its
-  1,596 steps, which a library user's own loop of another length sets itself.
+* MAML++: found by two settings studies (``funcgraph tune`` over
+  ``benchmarks/spaces/mamlpp_glyphs.toml``, then the narrower, longer
+  ``benchmarks/spaces/mamlpp_glyphs_narrow.toml``, both chosen on the glyphs validation
+  alphabets) and confirmed on the patterns set no choice had seen: three inner steps from
+  rate 0.4238 (the learned per-step rates' initial value), the multi-step loss annealed over
+  32.90% of the run; its run recipe (in the algorithm registry) adds first order for the first
+  2 of its 2,775 steps, which a library user's own loop of another length sets itself.
 * iMAML: five proximal steps at 0.1, ten at evaluation; lambda 1 and five conjugate-gradient
   steps to a relative residual of 1e-3 (the paper's Omniglot setting).
 * Reptile: five SGD steps at 0.1, each on one example of every class, thirty at evaluation.
@@ -39,12 +40,12 @@ from ..checks import check_bool, check_choice, check_int, check_number, check_ra
 INNER_OPTIMIZERS = ("sgd", "adam")
 """Reptile's inner update rules (its inner loop is not differentiated through)."""
 
-MSL_ANNEAL_FRACTION = 0.2863
+MSL_ANNEAL_FRACTION = 0.3290
 """MAML++'s multi-step loss anneals over this fraction of the run's meta-steps unless
-``msl_anneal_steps`` is set (the study's choice: 457 of its 1,596 steps; the paper anneals
+``msl_anneal_steps`` is set (the study's choice: 913 of its 2,775 steps; the paper anneals
 over its first 15 of 100 epochs)."""
 
-MAMLPP_META_STEPS = 1596
+MAMLPP_META_STEPS = 2775
 """MAML++'s meta-steps in its tuned recipe (16 tasks a step, 3 queries per class): the run
 length its MSL annealing defaults to."""
 
@@ -139,7 +140,7 @@ class MamlppSettings(AdaptSettings):
     OWNER: ClassVar[str] = "mamlpp"
     _least_steps: ClassVar[int] = 1
     inner_steps: int = 3
-    inner_lr: float = 0.3117
+    inner_lr: float = 0.4238
     msl_anneal_steps: int | None = None
     first_order_until: int = 0
     lslr: bool = True
