@@ -139,7 +139,10 @@ class Settings:
 
         cells = [cell(read, a, s) for a in ALGORITHMS for s in SETTINGS]
         done = sum(not c.startswith("not recorded") for c in cells)
-        return f"{done} of {len(cells)} cells recorded" if done else None
+        earlier = sum("the previous default" in c for c in cells)
+        return (f"{done} of {len(cells)} cells recorded" + (
+            f", {earlier} of them at an algorithm's previous default" if earlier else "")
+                ) if done else None
 
 
 GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (

@@ -204,7 +204,8 @@ def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
             figure.savefig(folder / name, dpi=100)
             plt.close(figure)
             written.append(folder / name)
-    rows = run_costs(trial_rows(study))
+    attempts = trial_rows(study)
+    rows = run_costs(attempts)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     scale = 100 if metric == "acc" else 1
     for state, marker in (("complete", "o"), ("pruned", "x")):
@@ -212,7 +213,7 @@ def write_plots(study: Any, folder: Path, metric: str) -> list[Path]:
                for last in [_last(study, r)] if last is not None]
         if pts:
             ax.scatter(*zip(*pts, strict=True), marker=marker, label=state)
-    on_front = front(rows, metric)
+    on_front = front(attempts, metric)
     if on_front:
         ax.step([r.cpu_s for r in on_front], [scale * cast(float, r.value) for r in on_front],
                 where="post", color="grey", linewidth=1, label="front")
