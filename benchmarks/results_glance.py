@@ -16,6 +16,8 @@ from typing import Any
 
 from results_tables import options, runs_of
 
+from funcgraph.meta.settings import MAMLPP_META_STEPS
+
 Records = Callable[[str], list[dict[str, Any]]]
 GLANCE_BLOCK = re.compile(r"(<!-- glance -->\n)(.*?)(<!-- end glance -->)", re.S)
 META = "docs/results/meta-learning.md"
@@ -34,11 +36,14 @@ class Runs:
     algorithm: str | None = None
     """The row's algorithm (``--algo``, or meta-train's default where the command names none)."""
     tasks: str | None = None
+    steps: int | None = None
+    """The run's steps (its record's ``steps`` column), to tell one default from another."""
 
     def matches(self, row: dict[str, str]) -> bool:
         opts = options(row["command"].strip("`"))
         if (self.algorithm is not None and row["algorithm"] != self.algorithm) or (
-                self.tasks is not None and row["tasks"] != self.tasks):
+                self.tasks is not None and row["tasks"] != self.tasks) or (
+                self.steps is not None and str(row["steps"]) != str(self.steps)):
             return False
         return row["data set"] == self.dataset and row["precision"] == "float32" and all(
             opts.get(k) == v if v is not None else k not in opts for k, v in self.want.items())
@@ -147,31 +152,42 @@ class Settings:
 
 GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
     (Runs("The README's run: ProtoNet, glyphs 5-way 1-shot", ("readme",), "glyphs"), META),
-    (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`)",
-          ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "threads": None}),
-     META),
+    (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`, seed 0)",
+          ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "seed": "0"},
+          steps=MAMLPP_META_STEPS), META),
     (Runs("ProtoNet default, glyphs 5-way 1-shot, three seeds", ("readme", "meta-learning"),
           "glyphs", {"steps": None}, (0, 1, 2), "protonet", "5way1shot"), META),
     (Runs("MAML++ default, glyphs 5-way 1-shot, three seeds", ("meta-learning",), "glyphs",
-          {"steps": None, "first-order-until": None}, (0, 1, 2), "mamlpp", "5way1shot"), META),
-    (Runs("MAML++ default on the confirmation set (rgb-shapes 28 px, not tuned on but seen "
-          "by the choice of default; "
-          "`meta-train --algo mamlpp`, seed 0)", ("confirmation",), "rgb-shapes 28px",
-          {"algo": "mamlpp", "steps": None, "seed": "0"}), META),
+          {"steps": None, "first-order-until": None}, (0, 1, 2), "mamlpp", "5way1shot",
+          MAMLPP_META_STEPS), META),
+    (Runs("The previous MAML++ default (1,596 steps), glyphs 5-way 1-shot, three seeds",
+          ("meta-learning",), "glyphs", {"steps": None, "first-order-until": None}, (0, 1, 2),
+          "mamlpp", "5way1shot", 1596), META),
+    (Runs("The previous MAML++ default (1,596 steps) on the confirmation set (rgb-shapes "
+          "28 px, not tuned on but seen by the choice of that default; seed 0)",
+          ("confirmation",), "rgb-shapes 28px", {"algo": "mamlpp", "steps": None, "seed": "0"},
+          steps=1596), META),
     (Runs("ProtoNet default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
           {"algo": "protonet", "steps": None}, (0, 1, 2)), META),
     (Runs("MAML default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
           {"algo": "maml", "steps": None}, (0, 1, 2)), META),
     (Runs("MAML++ default on the fresh confirmation set (patterns, seen by no choice)",
-          ("confirmation-patterns",), "patterns", {"algo": "mamlpp"}, (0, 1, 2)), META),
+          ("confirmation-patterns",), "patterns", {"algo": "mamlpp"}, (0, 1, 2),
+          steps=MAMLPP_META_STEPS), META),
+    (Runs("The previous MAML++ default (1,596 steps) on patterns", ("confirmation-patterns",),
+          "patterns", {"algo": "mamlpp"}, (0, 1, 2), steps=1596), META),
     (Runs("ProtoNet default on patterns", ("confirmation-patterns",), "patterns",
           {"algo": "protonet"}, (0, 1, 2)), META),
     (Runs("MAML default on patterns", ("confirmation-patterns",), "patterns",
           {"algo": "maml", "steps": None}, (0, 1, 2)), META),
-    (Runs("MAML at about MAML++'s CPU time on patterns (`--steps 1300`)",
+    (Runs("MAML at about the MAML++ default's CPU time on patterns (`--steps 2200`)",
+          ("confirmation-patterns",), "patterns", {"algo": "maml", "steps": "2200"}, (0, 1, 2)),
+     META),
+    (Runs("MAML at about the previous MAML++ default's CPU time on patterns (`--steps 1300`)",
           ("confirmation-patterns",), "patterns", {"algo": "maml", "steps": "1300"}, (0, 1, 2)),
      META),
-    (Runs("MAML at about the tuned MAML++'s CPU time on the confirmation set (`--steps 1600`)",
+    (Runs("MAML at about the previous MAML++ default's CPU time on the confirmation set "
+          "(`--steps 1600`)",
           ("confirmation",), "rgb-shapes 28px", {"algo": "maml", "steps": "1600"}, (0, 1, 2)),
      META),
     (Settings("ProtoNet, MAML and MAML++ defaults on glyphs in the four standard settings "
