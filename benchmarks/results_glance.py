@@ -180,6 +180,8 @@ GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
           {"algo": "protonet"}, (0, 1, 2)), META),
     (Runs("MAML default on patterns", ("confirmation-patterns",), "patterns",
           {"algo": "maml", "steps": None}, (0, 1, 2)), META),
+    (Runs("MAML at about the MAML++ default's CPU time on glyphs (`--steps 2200`, seed 0)",
+          ("meta-learning",), "glyphs", {"algo": "maml", "steps": "2200", "seed": "0"}), META),
     (Runs("MAML at about the MAML++ default's CPU time on patterns (`--steps 2200`)",
           ("confirmation-patterns",), "patterns", {"algo": "maml", "steps": "2200"}, (0, 1, 2)),
      META),
