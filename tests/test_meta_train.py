@@ -611,7 +611,7 @@ def test_max_memory_scores_one_task_at_a_time_where_several_would_not_fit(
 
     from funcgraph.runs import meta_plan
     from funcgraph.runs.memory import allocated_bytes
-    from funcgraph.runs.meta_plan import eval_strategy, plan_meta_train
+    from funcgraph.runs.meta_plan import eval_strategy, one_task, plan_meta_train
     from funcgraph.runs.meta_train_config import default_config
     from funcgraph.runs.task_sources import sources_for
 
@@ -620,7 +620,7 @@ def test_max_memory_scores_one_task_at_a_time_where_several_would_not_fit(
     cfg = default_config("maml", "sinusoid", strategy="vmap")
     sources = sources_for(cfg)
     plan = plan_meta_train(cfg, sources, torch.device("cpu"))
-    val = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
+    val = one_task(sources.val)
     _, per_task = allocated_bytes(lambda: plan.learner.task_eval(plan.params, val))
     chunk = 16  # vmap's default chunk on CPU
 

@@ -18,7 +18,7 @@ import torch
 from .. import random
 from ..errors import ConfigError
 from ..meta.evaluate import EVAL_BATCH, TaskSampler
-from ..meta.learner import MetaLearner
+from ..meta.learner import MetaLearner, Task
 from ..meta.registry import algorithm_type
 from ..meta.strategy import (
     STRATEGIES,
@@ -148,14 +148,25 @@ def check_fit(learner: MetaLearner, params: Params, sources: TaskSources) -> int
     does not fit the tasks (channels, image size, head width) is a one-line
     :class:`ConfigError` before anything is written. Returns the bytes the meta-gradient
     allocated (:func:`~funcgraph.runs.memory.allocated_bytes`)."""
-    keys = random.split(random.key(0), 1)
-    train = sources.train(random.key(0), 1).with_keys(keys).pick(0)
-    val = sources.val(random.key(0), 1).with_keys(keys).pick(0)
+    train, val = one_task(sources.train), one_task(sources.val)
     what = (f"model: cannot run on {sources.ways}-way tasks with support set "
             f"{tuple(train.support_x.shape)}")
     _, per_task = probe(lambda: allocated_bytes(lambda: learner.task_grad(params, train)), what)
     probe(lambda: learner.task_eval(params, val), what)
     return per_task
+
+
+def one_task(sample: TaskSampler) -> Task:
+    """Task 0 of ``sample`` at key 0, with its key: what the probes run."""
+    return sample(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
+
+
+def tasks_at_once(strategy: str, device: torch.device, batch: int) -> int:
+    """Task graphs ``strategy`` holds at once over ``batch`` tasks: vmap's chunk (all of
+    them on a device without one), a graph per worker thread, or the loop's one."""
+    if strategy == "vmap":
+        return min(batch, default_chunk_size(device) or batch)
+    return min(batch, torch.get_num_threads()) if strategy == "threads" else 1
 
 
 def task_size(sample: TaskSampler) -> int:
@@ -182,18 +193,15 @@ def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.devi
                                 examples_per_task=task_size(sources.val))
     if cfg.max_memory is None:
         return strategy
-    val = sources.val(random.key(0), 1).with_keys(random.split(random.key(0), 1)).pick(0)
-    val = val.to(device)
+    val = one_task(sources.val).to(device)
     _, per_task = allocated_bytes(lambda: learner.task_eval(params, val))
     resident = resident_bytes() if device.type == "cpu" else 0
-    live = {"threads": torch.get_num_threads(),
-            "vmap": default_chunk_size(device) or EVAL_BATCH}.get(strategy, 1)
     if resident + per_task > cfg.max_memory:
         raise ConfigError(
             f"--max-memory {fmt_bytes(cfg.max_memory)}: scoring one validation task needs "
             f"about {fmt_bytes(resident + per_task)} ({fmt_bytes(per_task)} beside the "
             f"{fmt_bytes(resident)} this process holds); raise it")
-    at_once = min(live, EVAL_BATCH)
+    at_once = tasks_at_once(strategy, device, EVAL_BATCH)
     if resident + at_once * per_task <= cfg.max_memory:
         return strategy
     if echo is not None:
@@ -244,8 +252,7 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
     strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
         cfg.strategy, device, examples_per_task=task_size(sources.train))
-    live = min(cfg.meta_batch, (default_chunk_size(device) or cfg.meta_batch)
-               if strategy == "vmap" else torch.get_num_threads() if strategy == "threads" else 1)
+    live = tasks_at_once(strategy, device, cfg.meta_batch)
     state_bytes = 4 * nbytes(meta_params)
     data_bytes = cfg.meta_batch * task_bytes(sources.train)
     resident = resident_bytes() if device.type == "cpu" else 0
@@ -309,5 +316,5 @@ more than this many times the loop's memory."""
 
 __all__ = ["AUTO_MEMORY_RATIO", "MetaTrainPlan", "RunKeys", "auto_memory_note", "bounded_tasks",
            "build_learner", "check_fit", "default_model_config", "eval_strategy", "init_params",
-           "model_config", "plan_meta_train", "run_model", "running_stats_twin", "task_bytes",
-           "task_size"]
+           "model_config", "one_task", "plan_meta_train", "run_model", "running_stats_twin",
+           "task_bytes", "task_size", "tasks_at_once"]

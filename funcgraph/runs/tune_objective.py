@@ -22,6 +22,7 @@ from .tune_study import (
     TRIALS_DIR,
     Echo,
     TuneOptions,
+    higher_is_better,
     metric_of,
     origin,
     shown_setting,
@@ -56,7 +57,7 @@ def best_validation(run_dir: Path, metric: str) -> float | None:
     values = list(validations(run_dir, metric).values())
     if not values:
         return None
-    return max(values) if metric == "acc" else min(values)
+    return max(values) if higher_is_better(metric) else min(values)
 
 
 class Objective:

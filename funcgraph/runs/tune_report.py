@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ..checks import option
 from .meta_train_config import MetaTrainConfig, default_config
 from .tune_space import OPTION_NAMES, SearchSpace
-from .tune_study import origin, shown_setting, shown_value
+from .tune_study import higher_is_better, origin, shown_setting, shown_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -94,10 +94,13 @@ def best_trial(study: Any) -> Any | None:
 def run_costs(rows: list[TrialRow]) -> list[TrialRow]:
     """``rows`` with each one's CPU seconds those of its whole run: a retry's attempts (an
     interrupted attempt's included) summed, as the run directory they share cost."""
+    def run(r: TrialRow) -> str:
+        return r.run_dir or str(r.number)
+
     spent: dict[str, float] = {}
     for r in rows:
-        spent[r.run_dir or str(r.number)] = spent.get(r.run_dir or str(r.number), 0) + r.cpu_s
-    return [replace(r, cpu_s=spent[r.run_dir or str(r.number)]) for r in rows]
+        spent[run(r)] = spent.get(run(r), 0) + r.cpu_s
+    return [replace(r, cpu_s=spent[run(r)]) for r in rows]
 
 
 def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
@@ -109,7 +112,7 @@ def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     finished trials: a default is chosen on this front, not by the best figure alone.
     """
     def better(a: float, b: float) -> bool:
-        return a > b if metric == "acc" else a < b
+        return a > b if higher_is_better(metric) else a < b
 
     done = [r for r in run_costs(rows) if r.state == "complete" and r.value is not None]
 

@@ -239,8 +239,13 @@ def metric_of(space: SearchSpace) -> str:
     return dataset_metric(space.study["dataset"])
 
 
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger ``metric`` is the better figure: accuracy; an error is not."""
+    return metric == "acc"
+
+
 def direction(space: SearchSpace) -> Literal["maximize", "minimize"]:
-    return "maximize" if metric_of(space) == "acc" else "minimize"
+    return "maximize" if higher_is_better(metric_of(space)) else "minimize"
 
 
 def shown_value(value: float, metric: str) -> str:
