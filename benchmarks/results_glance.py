@@ -103,32 +103,8 @@ class Speed:
                 v in self.ours if self.ours else not {"bf16", "module"} & set(v.split("+")[1:]))}
             if other and ours:
                 best = min(ours, key=ours.__getitem__)
-                return f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')})"
-        return None
-
-
-@dataclass(frozen=True)
-class Split:
-    """Where the speed-up of funcgraph's variant ``ours`` at ``queries`` comes from: conv4's
-    rewrites (the baseline on funcgraph's conv4) and the engine (the rest), from the newest
-    ``meta_step`` record that splits it."""
-
-    label: str
-    queries: int
-    ours: str
-    conv4: str = "pool"
-    """conv4's variant in the record's config (``--variant``)."""
-    threads: int | None = None
-    """The record's CPU threads (``None``: any)."""
-
-    def figure(self, read: Records) -> str | None:
-        for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
-            for f in record["figures"]:
-                if f.get("split_of") == self.ours and any(
-                        _measured_at(record, g, self.queries, self.conv4, self.threads)
-                        for g in record["figures"]):
-                    return (f"{f['speedup_vs_baseline']:.2f}x = {f['rewrites']:.2f}x from "
-                            f"conv4's rewrites * {f['machinery']:.2f}x from the engine")
+                return (f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')}; "
+                        f"{record['machine']['cpu']}, {other:.3f} against {ours[best]:.3f} s)")
         return None
 
 
@@ -150,83 +126,136 @@ class Settings:
                 ) if done else None
 
 
-GLANCE: tuple[tuple[Runs | Speed | Split | Settings, str], ...] = (
+@dataclass(frozen=True)
+class Versus:
+    """Two ``Runs`` side by side: ``first``'s figure against ``second``'s."""
+
+    label: str
+    first: Runs
+    second: Runs
+
+    def figure(self, read: Records) -> str | None:
+        a, b = self.first.figure(read), self.second.figure(read)
+        if a is None or b is None:
+            return None
+        return f"{self.first.label} {a} against {self.second.label} {b}"
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Peak resident memory of funcgraph's variant ``ours`` and of the row ``against`` in the
+    newest ``meta_step`` record that has both at ``queries`` queries, ``threads`` threads."""
+
+    label: str
+    queries: int
+    ours: str
+    against: str
+    threads: int
+
+    def figure(self, read: Records) -> str | None:
+        for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
+            rss = {f["variant"]: f.get("peak_rss_gb") for f in record["figures"]
+                   if "variant" in f and _measured_at(record, f, self.queries, "pool",
+                                                      self.threads)}
+            if rss.get(self.ours) and rss.get(self.against):
+                return (f"{rss[self.ours]:.2f} GB against {rss[self.against]:.2f} GB "
+                        f"({rss[self.ours] / rss[self.against]:.2f}x)")
+        return None
+
+
+@dataclass(frozen=True)
+class Edge:
+    """The newest ``edge_latency`` record: the AOTInductor program's speed-up over the eager
+    model at batch 1, per model."""
+
+    label: str
+
+    def figure(self, read: Records) -> str | None:
+        records = sorted(read("edge_latency"), key=lambda r: r["date"], reverse=True)
+        if not records:
+            return None
+        rows = [f for f in records[0]["figures"] if f.get("batch") == 1
+                and f.get("case") in ("-", "exit 0.50")]
+        return ", ".join(f"{f['model']} {f['aoti_speedup']:.2f}x" for f in rows) or None
+
+
+@dataclass(frozen=True)
+class Darts:
+    """The newest ``darts`` protocol record: searched cells' mean test accuracy and
+    percentiles among the random cells trained alike."""
+
+    label: str
+
+    def figure(self, read: Records) -> str | None:
+        for record in sorted(read("darts"), key=lambda r: r["date"], reverse=True):
+            for f in record["figures"]:
+                if f.get("bench") == "darts_protocol_summary":
+                    searched = [s["test_acc"] for s in f["searched"]]
+                    ranks = sorted(s["percentile"] for s in f["searched"])
+                    return (f"{100 * statistics.fmean(searched):.2f}% (searched, "
+                            f"{len(searched)} seeds) against {100 * f['random']['mean']:.2f}% "
+                            f"({f['random']['n']} random cells; {f['budget']['dataset']}); "
+                            f"searched cells' percentiles {', '.join(f'{r:.0f}' for r in ranks)}")
+        return None
+
+
+@dataclass(frozen=True)
+class Study:
+    """The newest ``tune show --json`` record of study ``name``: trials, the best validation
+    accuracy and the CPU hours over every attempt."""
+
+    label: str
+    name: str
+
+    def figure(self, read: Records) -> str | None:
+        records = sorted(read(self.name), key=lambda r: r["date"], reverse=True)
+        trials = [f for f in records[0]["figures"] if "trial" in f] if records else []
+        done = [f for f in trials if f.get("state") == "complete" and f.get("val_acc")]
+        if not done:
+            return None
+        best = max(done, key=lambda f: f["val_acc"])
+        cpu_h = sum(f.get("cpu_s") or 0.0 for f in trials) / 3600
+        return (f"best of {len(trials)} trials: validation {100 * best['val_acc']:.2f}% "
+                f"(trial {best['trial']}), {cpu_h:.1f} CPU h in all")
+
+
+Entry = Runs | Speed | Settings | Versus | Memory | Edge | Darts | Study
+SPEED_PEER = "baseline (clone-and-adapt loop)"
+"""The meta-step's reference: the clone-and-adapt loop written after learn2learn's
+``MAML.clone().adapt`` in ``benchmarks/meta_step.py`` (the glance says so in its label)."""
+
+GLANCE: tuple[tuple[Entry, str], ...] = (
     (Runs("The README's run: ProtoNet, glyphs 5-way 1-shot", ("readme",), "glyphs"), META),
-    (Runs("MAML++ default, glyphs (`meta-train --tasks 5way1shot --algo mamlpp`, seed 0)",
-          ("meta-learning",), "glyphs", {"algo": "mamlpp", "steps": None, "seed": "0"},
-          steps=MAMLPP_META_STEPS), META),
-    (Runs("ProtoNet default, glyphs 5-way 1-shot, three seeds", ("readme", "meta-learning"),
-          "glyphs", {"steps": None}, (0, 1, 2), "protonet", "5way1shot"), META),
-    (Runs("MAML++ default, glyphs 5-way 1-shot, three seeds", ("meta-learning",), "glyphs",
-          {"steps": None, "first-order-until": None}, (0, 1, 2), "mamlpp", "5way1shot",
-          MAMLPP_META_STEPS), META),
-    (Runs("The previous MAML++ default (1,596 steps), glyphs 5-way 1-shot, three seeds",
-          ("meta-learning",), "glyphs", {"steps": None, "first-order-until": None}, (0, 1, 2),
-          "mamlpp", "5way1shot", 1596), META),
-    (Runs("The previous MAML++ default (1,596 steps) on the confirmation set (rgb-shapes "
-          "28 px, not tuned on but seen by the choice of that default; seed 0)",
-          ("confirmation",), "rgb-shapes 28px", {"algo": "mamlpp", "steps": None, "seed": "0"},
-          steps=1596), META),
-    (Runs("ProtoNet default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
-          {"algo": "protonet", "steps": None}, (0, 1, 2)), META),
-    (Runs("MAML default on the confirmation set", ("confirmation",), "rgb-shapes 28px",
-          {"algo": "maml", "steps": None}, (0, 1, 2)), META),
-    (Runs("MAML++ default on the fresh confirmation set (patterns, seen by no choice)",
-          ("confirmation-patterns",), "patterns", {"algo": "mamlpp"}, (0, 1, 2),
-          steps=MAMLPP_META_STEPS), META),
-    (Runs("The previous MAML++ default (1,596 steps) on patterns", ("confirmation-patterns",),
-          "patterns", {"algo": "mamlpp"}, (0, 1, 2), steps=1596), META),
-    (Runs("ProtoNet default on patterns", ("confirmation-patterns",), "patterns",
-          {"algo": "protonet"}, (0, 1, 2)), META),
-    (Runs("MAML default on patterns", ("confirmation-patterns",), "patterns",
-          {"algo": "maml", "steps": None}, (0, 1, 2)), META),
-    (Runs("MAML at about the MAML++ default's CPU time on glyphs (`--steps 2200`, seed 0)",
-          ("meta-learning",), "glyphs", {"algo": "maml", "steps": "2200", "seed": "0"}), META),
-    (Runs("MAML at about the MAML++ default's CPU time on patterns (`--steps 2200`)",
-          ("confirmation-patterns",), "patterns", {"algo": "maml", "steps": "2200"}, (0, 1, 2)),
-     META),
-    (Runs("MAML at about the previous MAML++ default's CPU time on patterns (`--steps 1300`)",
-          ("confirmation-patterns",), "patterns", {"algo": "maml", "steps": "1300"}, (0, 1, 2)),
-     META),
-    (Runs("MAML at about the previous MAML++ default's CPU time on the confirmation set "
-          "(`--steps 1600`)",
-          ("confirmation",), "rgb-shapes 28px", {"algo": "maml", "steps": "1600"}, (0, 1, 2)),
-     META),
+    (Versus("MAML++ against ProtoNet at their defaults on patterns, a set no choice saw "
+            "(5-way 1-shot, three seeds)",
+            Runs("MAML++", ("confirmation-patterns",), "patterns", {"algo": "mamlpp"},
+                 (0, 1, 2), steps=MAMLPP_META_STEPS),
+            Runs("ProtoNet", ("confirmation-patterns",), "patterns", {"algo": "protonet"},
+                 (0, 1, 2))), META),
+    (Versus("MAML++ against ProtoNet at their defaults on glyphs 5-way 1-shot (three seeds)",
+            Runs("MAML++", ("meta-learning",), "glyphs",
+                 {"steps": None, "first-order-until": None}, (0, 1, 2), "mamlpp",
+                 "5way1shot", MAMLPP_META_STEPS),
+            Runs("ProtoNet", ("readme", "meta-learning"), "glyphs", {"steps": None},
+                 (0, 1, 2), "protonet", "5way1shot")), META),
     (Settings("ProtoNet, MAML and MAML++ defaults on glyphs in the four standard settings "
               "(5-way and 20-way, 1-shot and 5-shot)"),
      META + "#the-four-standard-settings"),
-    (Speed("One MAML meta-step (conv4, 32 tasks, one thread, CPU time), 15 queries per class: "
-           "speed-up over a clone-and-adapt loop",
-           15, "baseline (clone-and-adapt loop)", threads=1), META),
-    (Speed("At 15 queries, the same conv4 written as a plain `nn.Module`, "
-           "`meta.maml(module)`", 15, "baseline (clone-and-adapt loop)",
-           ("funcgraph auto+module",), threads=1), META),
-    (Speed("At 15 queries in bfloat16 (`precision=\"bf16\"`; the record's AMD EPYC: AVX-512 BF16, "
-           "no AMX)", 15, "baseline (clone-and-adapt loop)", ("funcgraph auto+bf16",),
-           threads=1), META),
-    (Speed("The same meta-step: speed-up over `higher`", 15,
-           "higher (innerloop_ctx, installed)", threads=1), META),
-    (Speed("The same at 1 query per class (meta-train's default query count)",
-           1, "baseline (clone-and-adapt loop)", threads=1), META),
-    (Split("At 1 query, funcgraph's conv4 (`strategy=\"auto\"`: vmap, 16 tasks at a time): "
-           "the model's part and the engine's", 1, "funcgraph auto", threads=1), META),
-    (Speed("At 1 query, the same conv4 written as a plain `nn.Module`, `meta.maml(module)`",
-           1, "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=1), META),
-    (Speed("At 1 query, `maml(module)` with the meta-step compiled (`compile=True`)",
-           1, "baseline (clone-and-adapt loop)", ("funcgraph vmap+module+compile",),
-           threads=1), META),
-    (Speed("The pooled conv4 step at two threads, wall clock, 1 query: `maml(module)`", 1,
-           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=2), META),
-    (Speed("The same at two threads, 15 queries: `maml(module)`", 15,
-           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), threads=2), META),
-    (Speed("The same at two threads, 15 queries: funcgraph's conv4, float32", 15,
-           "baseline (clone-and-adapt loop)", threads=2), META),
-    (Speed("meta-train's own default step (strided conv4, 1 query, two threads, "
-           "`strategy=\"auto\"`)", 1, "baseline (clone-and-adapt loop)", ("funcgraph auto",),
-           "strided", threads=2), META),
-    (Speed("The same strided conv4 as a plain `nn.Module`, `meta.maml(module)`", 1,
-           "baseline (clone-and-adapt loop)", ("funcgraph auto+module",), "strided",
+    (Speed("One second-order MAML meta-step, your own `nn.Module` through `meta.maml(module)` "
+           "(pooled conv4, 5-way 1-shot, 32 tasks, 1 query, two threads, wall clock): speed-up "
+           "over a clone-and-adapt loop written after learn2learn's `MAML.clone().adapt`",
+           1, SPEED_PEER, ("funcgraph auto+module",), threads=2), META),
+    (Speed("The same at 15 queries per class", 15, SPEED_PEER, ("funcgraph auto+module",),
            threads=2), META),
+    (Memory("Peak memory of that step at 1 query (`strategy=\"auto\"` against the loop)", 1,
+            "funcgraph auto", SPEED_PEER, threads=2), META),
+    (Edge("Export for the edge: the AOTInductor-compiled `torch.export` program against the "
+          "eager model, batch 1"), "docs/results/benchmarks.md"),
+    (Darts("DARTS: searched cells against random cells trained alike"),
+     "docs/results/darts.md"),
+    (Study("Settings search (`funcgraph tune`, Optuna): the MAML++ study that chose today's "
+           "default", "tune-mamlpp-narrow"),
+     META + "#settings-search-the-second-narrower-study"),
 )
 
 
