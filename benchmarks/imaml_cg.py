@@ -28,7 +28,7 @@ from funcgraph import bind, random
 from funcgraph.meta import Task, conjugate_gradient, hessian_vector, objective, proximal_adapt
 from funcgraph.meta.cg import dot
 from funcgraph.meta.learner import task_grad_of
-from funcgraph.meta.maml import _query_score
+from funcgraph.meta.maml_family import _query_score
 from funcgraph.models import conv4
 from funcgraph.params import Params
 from funcgraph.runs.task_sources import task_sources

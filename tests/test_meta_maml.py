@@ -200,7 +200,7 @@ def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
     """``torch.compile(fullgraph=True)`` of one task's second-order meta-gradient traces
     without a graph break (``in_transform`` is compile-aware) and gives the reference's."""
     from funcgraph.meta.learner import objective
-    from funcgraph.meta.maml import InnerLoop, task_loss
+    from funcgraph.meta.maml_family import InnerLoop, task_loss
 
     apply, params = tiny_model()
     tasks = tiny_tasks(8, tasks=1)

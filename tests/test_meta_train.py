@@ -29,13 +29,21 @@ MODEL = {"name": "conv4", "ways": WAYS, "in_channels": 1, "hidden": 4, "image_si
          "variant": "strided"}
 
 
+def step_key(step: int, seed: int = 0) -> torch.Tensor:
+    """The key meta-step ``step`` (counted from 1) of a run of ``seed`` draws its tasks with."""
+    from funcgraph.runs.meta_plan import RunKeys
+
+    return RunKeys.of(seed).tasks(step - 1, 1)[0]
+
+
 def synthetic_sampler(tag: int, interrupt_at: int | None = None) -> object:
-    """Tasks whose classes differ in mean brightness: learnable, tiny, deterministic per key."""
-    calls = {"n": 0}
+    """Tasks whose classes differ in mean brightness: learnable, tiny, deterministic per key.
+    ``interrupt_at``: Ctrl-C when meta-step ``interrupt_at``'s tasks are drawn (by their key,
+    so the few tasks a run times before its first step do not count)."""
+    stop = None if interrupt_at is None else step_key(interrupt_at)
 
     def sample(key: torch.Tensor, n: int) -> Task:
-        calls["n"] += n > 1  # meta-batches only (one-task probes of the task size don't count)
-        if interrupt_at is not None and calls["n"] == interrupt_at:
+        if stop is not None and torch.equal(key, stop):
             raise KeyboardInterrupt
         k = random.split(random.fold_in(key, tag), 2)
         labels = torch.arange(WAYS).expand(n, -1)  # one shot, one query per class
@@ -121,11 +129,8 @@ def test_resume_alone_continues_the_run_with_its_recorded_options(tmp_path: Path
     assert result.exit_code == 0, result.output
     cfg = MetaTrainConfig.from_json(Run.open(whole).config)
     real = task_sources("sinusoid", spec=cfg.tasks)
-    batches = {"n": 0}
-
     def train(key: torch.Tensor, n: int) -> Task:
-        batches["n"] += n > 1
-        if batches["n"] == 3:  # Ctrl-C during the third meta-step
+        if torch.equal(key, step_key(3, seed=3)):  # Ctrl-C during the third meta-step
             raise KeyboardInterrupt
         return real.train(key, n)
 
@@ -167,7 +172,7 @@ BROKEN_LEARNER = """
 import torch
 from dataclasses import replace
 from funcgraph.meta import register_algorithm
-from funcgraph.meta.maml import build_maml
+from funcgraph.meta.maml_family import build_maml
 from funcgraph.meta.settings import MamlSettings
 
 

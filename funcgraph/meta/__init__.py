@@ -32,8 +32,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "imaml": ("ImplicitGrad", "imaml", "imaml_solve", "proximal_adapt"),
     "learner": ("LEARNER_PREFIXES", "LR_PREFIX", "STEP_BN_PREFIX", "STEP_LR_PREFIX",
                 "MetaLearner", "Objective", "Task", "accuracy", "model_params", "objective"),
-    "maml": ("InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd", "remat_task_grad",
-             "task_loss"),
+    "maml_family": ("InnerLoop", "adapt", "anil", "fomaml", "maml", "metasgd",
+                    "remat_task_grad", "task_loss"),
     "mamlpp": ("mamlpp", "mamlpp_loss", "msl_weights", "step_params"),
     "protonet": ("protonet", "protonet_logits", "prototypes", "squared_distances"),
     "registry": ("AlgorithmType", "Recipe", "TaskInfo", "algorithm_names", "algorithm_type",
@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
         model_params,
         objective,
     )
-    from .maml import (  # noqa: F401
+    from .maml_family import (  # noqa: F401
         InnerLoop,
         adapt,
         anil,
@@ -135,12 +135,12 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """This package, whose functions named like their modules (``maml``, ``imaml``,
-    ``mamlpp``, ``reptile``, ``protonet``, ``evaluate``) stay functions: importing the
-    submodule ``funcgraph.meta.maml`` would otherwise bind the package attribute ``maml`` to
-    the module (the import system does), and ``from funcgraph.meta import maml`` would give
-    the module. Submodules stay reachable as ``sys.modules["funcgraph.meta.maml"]`` and by
-    ``from funcgraph.meta.maml import ...``."""
+    """This package, whose functions named like their modules (``imaml``, ``mamlpp``,
+    ``reptile``, ``protonet``, ``evaluate``) stay functions: importing the submodule
+    ``funcgraph.meta.mamlpp`` would otherwise bind the package attribute ``mamlpp`` to the
+    module (the import system does), and ``from funcgraph.meta import mamlpp`` would give the
+    module. Submodules stay reachable as ``sys.modules["funcgraph.meta.mamlpp"]`` and by
+    ``from funcgraph.meta.mamlpp import ...``."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, types.ModuleType) and _HOME.get(name) == name:

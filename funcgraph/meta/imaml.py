@@ -56,7 +56,7 @@ from .learner import (
     support_keys,
     task_grad_of,
 )
-from .maml import _query_score
+from .maml_family import _query_score
 from .registry import TaskInfo
 from .settings import ImamlSettings
 

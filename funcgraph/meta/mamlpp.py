@@ -1,6 +1,6 @@
 """MAML++ (Antoniou et al., "How to train your MAML", ICLR 2019) as a :class:`MetaLearner`.
 
-MAML's inner loop and second-order meta-gradient (:mod:`funcgraph.meta.maml`) with the
+MAML's inner loop and second-order meta-gradient (:mod:`funcgraph.meta.maml_family`) with the
 paper's fixes, each one switchable; with all of them off the learner is MAML, bit for bit:
 
 * **LSLR** (``lslr``): learned per-step inner learning rates, one per *parameter tensor* and
@@ -80,7 +80,7 @@ from .learner import (
     support_keys,
     task_grad_of,
 )
-from .maml import _query_score
+from .maml_family import _query_score
 from .registry import TaskInfo
 from .settings import MAMLPP_META_STEPS, MamlppSettings
 
@@ -156,7 +156,7 @@ def mamlpp_loss(
     batch-norm rows ``"step_bn.<name>"`` of each step where present (not adapted).
     ``weights``: the MSL weight of the query loss after each step (:func:`msl_weights`),
     zero weights skipping that query pass; ``None`` scores the last step alone, unweighted,
-    exactly as :func:`~funcgraph.meta.maml.task_loss`.
+    exactly as :func:`~funcgraph.meta.maml_family.task_loss`.
 
     Raises:
         ConfigError: ``weights`` has not one entry per inner step.

@@ -265,7 +265,7 @@ def recipe_help(field: str) -> str:
 
 
 # The built-in algorithms (docs/meta-learning.md describes each); their modules load on use.
-_MAML = "funcgraph.meta.maml"
+_MAML = "funcgraph.meta.maml_family"
 register_algorithm("maml", settings=MamlSettings, build=f"{_MAML}:build_maml",
                    summary="second-order MAML", second_order=True, remat=True)
 register_algorithm("fomaml", settings=FomamlSettings, build=f"{_MAML}:build_maml",

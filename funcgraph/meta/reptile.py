@@ -34,7 +34,7 @@ from .learner import (
     objective,
     query_key,
 )
-from .maml import InnerLoop, adapt
+from .maml_family import InnerLoop, adapt
 from .registry import TaskInfo
 from .settings import INNER_OPTIMIZERS, ReptileSettings
 
