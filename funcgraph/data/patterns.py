@@ -172,92 +172,203 @@ def render_class(
     return _render(seed, index, image_size=image_size, count=count, variation=variation)[0]
 
 
+def _grid(t: Tensor) -> Tensor:
+    """``(n,) -> (n, 1, 1)``: one value per image, broadcast over its pixels."""
+    return t[:, None, None]
+
+
+@dataclass(frozen=True)
+class _Canvas:
+    """The pixel coordinates every image is drawn on, and the gratings laid on them.
+
+    Attributes:
+        x: (S, S) the column coordinate of each pixel centre, in ``[-1, 1]``.
+        y: (S, S) the row coordinate, likewise.
+    """
+
+    x: Tensor
+    y: Tensor
+
+    @classmethod
+    def of_size(cls, size: int) -> _Canvas:
+        """The canvas of ``size`` x ``size`` pixels."""
+        axis = (torch.arange(size, dtype=torch.float32) + 0.5) / size * 2 - 1
+        y, x = torch.meshgrid(axis, axis, indexing="ij")  # (S, S) in [-1, 1]: rows, columns
+        return cls(x=x, y=y)
+
+    @property
+    def size(self) -> int:
+        """Pixels along each side."""
+        return self.x.shape[-1]
+
+    def along(self, a: Tensor) -> Tensor:
+        """(n, S, S): the coordinate across lines at angle ``a`` (n,)."""
+        return self.x * _grid(torch.cos(a)) + self.y * _grid(torch.sin(a))
+
+    def grating(self, f: Tensor, a: Tensor, p: Tensor) -> Tensor:
+        """(n, S, S): the phase of a grating of ``f`` cycles over the width 2, at angle ``a``
+        and phase ``p`` (each (n,)), before the waveform."""
+        return math.pi * _grid(f) * self.along(a) + _grid(p)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """Each image's draw of its class's frequency, orientation and phase (n images).
+
+    Attributes:
+        freq: (n,) cycles per image of the first component.
+        angle: (n,) its orientation, radians.
+        phase: (n, 2) the phases of the two components.
+        freq2: (n,) the second component's frequency (the class ratio times ``freq``).
+        angle2: (n,) its orientation (the class turn from ``angle``).
+        centre: (n, 2) the rings' centre (the class centre, moved).
+    """
+
+    freq: Tensor
+    angle: Tensor
+    phase: Tensor
+    freq2: Tensor
+    angle2: Tensor
+    centre: Tensor
+
+    @classmethod
+    def of(cls, style: dict[str, Tensor], variation: Variation, nuisance: Tensor) -> _Draw:
+        """The draw that the per-image normals ``nuisance[:, 0:6]`` make of ``style``."""
+        freq = style["freq"] * torch.exp(style["freq_spread"] * nuisance[:, 0])  # (n,)
+        angle = style["angle"] + style["angle_spread"] * nuisance[:, 1]
+        phase = style["phase"] + style["phase_spread"] * nuisance[:, 2:4]  # (n, 2)
+        centre = style["centre"] + variation.window_shift * nuisance[:, 4:6]  # (n, 2)
+        return cls(freq=freq, angle=angle, phase=phase, freq2=freq * style["ratio"],
+                   angle2=angle + style["turn"], centre=centre)
+
+
+def _lattice(canvas: _Canvas, draw: _Draw, style: dict[str, Tensor]) -> Tensor:
+    """(n, S, S) the ``lattice`` texture in ``(-1, 1)``: soft dots on a (sheared) lattice whose
+    basis vectors follow the two components' orientations and periods."""
+    n, size = draw.freq.shape[0], canvas.size
+    period = 2 / draw.freq  # (n,) image units
+    b1 = torch.stack([torch.cos(draw.angle), torch.sin(draw.angle)], -1) * period[:, None]
+    b2 = torch.stack([torch.cos(draw.angle2), torch.sin(draw.angle2)], -1) * (
+        period * style["ratio"])[:, None]
+    basis = torch.stack([b1, b2], -1)  # (n, 2, 2): columns are the basis vectors
+    points = torch.stack([canvas.x, canvas.y], -1).reshape(1, -1, 2)  # (1, S*S, 2)
+    coords = torch.linalg.solve(basis[:, None], points[..., None])[..., 0]  # (n, S*S, 2)
+    frac = coords + draw.phase[:, None] / (2 * math.pi)  # lattice offset from the phases
+    frac = frac - frac.round()
+    offset = (basis[:, None] @ frac[..., None])[..., 0]  # (n, S*S, 2) back to image units
+    dist = offset.norm(dim=-1).reshape(n, size, size) / _grid(period)  # in periods
+    edge = 2 / size / _grid(period) * (1 + 4 / style["gain"])  # soft for sine-like gains
+    return 2 * torch.sigmoid((style["dot"] - dist) / edge) - 1
+
+
+def _waves(canvas: _Canvas, draw: _Draw, style: dict[str, Tensor]) -> Tensor:
+    """(n, S, S) the ``waves`` texture: a grating whose phase the second component bends
+    along its lines."""
+    across = (_grid(torch.cos(draw.angle)) * canvas.y
+              - _grid(torch.sin(draw.angle)) * canvas.x)  # along the lines
+    bend = 3 * style["spread"] * torch.sin(math.pi * _grid(draw.freq2) * across
+                                           + _grid(draw.phase[:, 1]))
+    return _wave(canvas.grating(draw.freq, draw.angle, draw.phase[:, 0]) + bend, style)
+
+
+def _rings(canvas: _Canvas, draw: _Draw, style: dict[str, Tensor]) -> Tensor:
+    """(n, S, S) the ``rings`` texture: rings, or 1 to 3 spiral arms, around each image's
+    centre."""
+    dx, dy = canvas.x - _grid(draw.centre[:, 0]), canvas.y - _grid(draw.centre[:, 1])
+    r, theta = torch.sqrt(dx * dx + dy * dy), torch.atan2(dy, dx)
+    s = (math.pi * _grid(draw.freq) * r + style["arms"] * (theta + _grid(draw.angle))
+         + _grid(draw.phase[:, 0]))
+    return _wave(s, style)
+
+
+def _component(canvas: _Canvas, draw: _Draw, style: dict[str, Tensor], which: int) -> Tensor:
+    """(n, S, S) the first (``which`` 0) or second (1) grating of the draw, in the class
+    waveform."""
+    if which == 0:
+        return _wave(canvas.grating(draw.freq, draw.angle, draw.phase[:, 0]), style)
+    return _wave(canvas.grating(draw.freq2, draw.angle2, draw.phase[:, 1]), style)
+
+
+def _texture(
+    family: str, canvas: _Canvas, draw: _Draw, style: dict[str, Tensor], white: Tensor
+) -> Tensor:
+    """(n, S, S) the class texture of ``family``, mostly in ``[-1, 1]``, before the window,
+    contrast and clutter; ``white`` (n, S, S) is the field that ``noise`` filters."""
+    if family == "grating":
+        return _component(canvas, draw, style, 0)
+    if family == "plaid":
+        return 0.5 * (_component(canvas, draw, style, 0) + _component(canvas, draw, style, 1))
+    if family == "checker":
+        return _component(canvas, draw, style, 0) * _component(canvas, draw, style, 1)
+    if family == "lattice":
+        return _lattice(canvas, draw, style)
+    if family == "noise":
+        return torch.tanh(0.5 * style["gain"] * _band_noise(white, draw.freq, draw.angle, style))
+    if family == "waves":
+        return _waves(canvas, draw, style)
+    return _rings(canvas, draw, style)
+
+
+def _window(
+    canvas: _Canvas, style: dict[str, Tensor], variation: Variation, nuisance: Tensor
+) -> Tensor:
+    """(n, S, S) in ``[0, 1]``: where the texture shows (1) and the flat level does (0).
+
+    The class picks the whole frame, a disc around its centre, or one side of a line; each
+    image moves it by the per-image normals ``nuisance[:, 6:9]``.
+    """
+    n, size = nuisance.shape[0], canvas.size
+    kind = int(style["window"])
+    if kind <= 1:
+        return torch.ones(n, size, size)
+    if kind == 2:  # a disc of the class radius around the class centre
+        centre = style["centre"] + variation.window_shift * nuisance[:, 6:8]
+        radius = style["radius"] * torch.exp(variation.window_scale * nuisance[:, 8])
+        dist = torch.sqrt((canvas.x - _grid(centre[:, 0])) ** 2
+                          + (canvas.y - _grid(centre[:, 1])) ** 2)
+        return torch.sigmoid((_grid(radius) - dist) * size / 2)  # a one-pixel edge
+    # one side of a line, its normal at the class's tilt
+    edge = (style["radius"] - 0.65) + variation.window_shift * nuisance[:, 6]
+    return torch.sigmoid(
+        (canvas.along(style["tilt"] + 0.1 * nuisance[:, 7]) - _grid(edge)) * size / 2)
+
+
+def _clutter(canvas: _Canvas, stray: Tensor, amount: float) -> Tensor:
+    """(n, S, S) the stray grating laid over each image: a sine of 1.5 to 6 cycles at any
+    angle and phase, of amplitude ``amount`` times ``stray[:, 3]``, from the uniforms
+    ``stray`` (n, 4)."""
+    phase = math.pi * _grid(1.5 * 4 ** stray[:, 0]) * canvas.along(math.pi * stray[:, 1]) + _grid(
+        2 * math.pi * stray[:, 2])
+    return amount * _grid(stray[:, 3]) * torch.sin(phase)
+
+
 def _render(
     seed: int, index: int, *, image_size: int = 28, count: int = IMAGES_PER_CLASS,
     variation: Variation | None = None,
 ) -> tuple[Tensor, str]:
-    """:func:`render_class`'s images and the class's family."""
+    """:func:`render_class`'s images and the class's family.
+
+    Every random draw is made here, from the class's image key; the pieces it calls only
+    compute, so each can be read (and changed) alone.
+    """
     if not 0 <= index < NUM_CLASSES:
         raise DataError(f"patterns: class index must be in [0, {NUM_CLASSES}), got {index}")
-    var = variation or Variation()
+    variation = variation or Variation()
     style_key, image_key = _class_keys(seed, index)
     style = _class_style(style_key)
     family = FAMILIES[int(style["family"])]
     n, size = count, image_size
-    z = random.normal(random.fold_in(image_key, 0), (n, 12))  # per-image nuisances (0-10)
-    w = random.uniform(random.fold_in(image_key, 2), (n, 4))
-    fields = random.normal(random.fold_in(image_key, 1), (n, 2, size, size))
+    # per-image normals: 0-5 the draw (_Draw), 6-8 the window, 9 contrast, 10 brightness
+    nuisance = random.normal(random.fold_in(image_key, 0), (n, 12))
+    stray = random.uniform(random.fold_in(image_key, 2), (n, 4))  # the stray grating
+    fields = random.normal(random.fold_in(image_key, 1), (n, 2, size, size))  # noise, white
 
-    axis = (torch.arange(size, dtype=torch.float32) + 0.5) / size * 2 - 1
-    y, x = torch.meshgrid(axis, axis, indexing="ij")  # (S, S) in [-1, 1]: rows, columns
-
-    def grid(t: Tensor) -> Tensor:  # (n,) -> (n, 1, 1): broadcast over pixels
-        return t[:, None, None]
-
-    freq = style["freq"] * torch.exp(style["freq_spread"] * z[:, 0])  # (n,)
-    angle = style["angle"] + style["angle_spread"] * z[:, 1]
-    phase = style["phase"] + style["phase_spread"] * z[:, 2:4]  # (n, 2): two components
-    freq2 = freq * style["ratio"]
-    angle2 = angle + style["turn"]
-
-    def along(a: Tensor) -> Tensor:  # (n, S, S): the coordinate across lines at angle a
-        return x * grid(torch.cos(a)) + y * grid(torch.sin(a))
-
-    def grating(f: Tensor, a: Tensor, p: Tensor) -> Tensor:
-        return math.pi * grid(f) * along(a) + grid(p)  # phase: f cycles over the width 2
-
-    if family == "grating":
-        texture = _wave(grating(freq, angle, phase[:, 0]), style)
-    elif family == "plaid":
-        texture = 0.5 * (_wave(grating(freq, angle, phase[:, 0]), style)
-                         + _wave(grating(freq2, angle2, phase[:, 1]), style))
-    elif family == "checker":
-        texture = (_wave(grating(freq, angle, phase[:, 0]), style)
-                   * _wave(grating(freq2, angle2, phase[:, 1]), style))
-    elif family == "lattice":
-        period = 2 / freq  # (n,) image units
-        b1 = torch.stack([torch.cos(angle), torch.sin(angle)], -1) * period[:, None]
-        b2 = torch.stack([torch.cos(angle2), torch.sin(angle2)], -1) * (period * style["ratio"])[
-            :, None]
-        basis = torch.stack([b1, b2], -1)  # (n, 2, 2): columns are the basis vectors
-        points = torch.stack([x, y], -1).reshape(1, -1, 2)  # (1, S*S, 2)
-        coords = torch.linalg.solve(basis[:, None], points[..., None])[..., 0]  # (n, S*S, 2)
-        frac = coords + phase[:, None] / (2 * math.pi)  # lattice offset from the phases
-        frac = frac - frac.round()
-        offset = (basis[:, None] @ frac[..., None])[..., 0]  # (n, S*S, 2) back to image units
-        dist = offset.norm(dim=-1).reshape(n, size, size) / grid(period)  # in periods
-        edge = 2 / size / grid(period) * (1 + 4 / style["gain"])  # soft for sine-like gains
-        texture = 2 * torch.sigmoid((style["dot"] - dist) / edge) - 1
-    elif family == "noise":
-        texture = torch.tanh(0.5 * style["gain"] * _band_noise(fields[:, 1], freq, angle, style))
-    elif family == "waves":
-        across = grid(torch.cos(angle)) * y - grid(torch.sin(angle)) * x  # along the lines
-        bend = 3 * style["spread"] * torch.sin(math.pi * grid(freq2) * across + grid(phase[:, 1]))
-        texture = _wave(grating(freq, angle, phase[:, 0]) + bend, style)
-    else:  # rings: around the class centre, with 0 to 3 spiral arms
-        centre = style["centre"] + var.window_shift * z[:, 4:6]  # (n, 2)
-        dx, dy = x - grid(centre[:, 0]), y - grid(centre[:, 1])
-        r, theta = torch.sqrt(dx * dx + dy * dy), torch.atan2(dy, dx)
-        s = math.pi * grid(freq) * r + style["arms"] * (theta + grid(angle)) + grid(phase[:, 0])
-        texture = _wave(s, style)
-
-    kind = int(style["window"])
-    if kind <= 1:
-        window = torch.ones(n, size, size)
-    elif kind == 2:  # a disc of the class radius around the class centre
-        centre = style["centre"] + var.window_shift * z[:, 6:8]
-        radius = style["radius"] * torch.exp(var.window_scale * z[:, 8])
-        dist = torch.sqrt((x - grid(centre[:, 0])) ** 2 + (y - grid(centre[:, 1])) ** 2)
-        window = torch.sigmoid((grid(radius) - dist) * size / 2)  # a one-pixel edge
-    else:  # one side of a line, its normal at the class's tilt
-        edge = (style["radius"] - 0.65) + var.window_shift * z[:, 6]
-        window = torch.sigmoid((along(style["tilt"] + 0.1 * z[:, 7]) - grid(edge)) * size / 2)
-
-    contrast = grid(style["contrast"] * torch.exp(var.contrast * z[:, 9]))
-    bright = grid(var.brightness * z[:, 10])
-    stray = math.pi * grid(1.5 * 4 ** w[:, 0]) * along(math.pi * w[:, 1]) + grid(
-        2 * math.pi * w[:, 2])  # a grating of 1.5 to 6 cycles at any angle and phase
-    texture = texture + var.clutter * grid(w[:, 3]) * torch.sin(stray)
+    canvas = _Canvas.of_size(size)
+    texture = _texture(family, canvas, _Draw.of(style, variation, nuisance), style, fields[:, 1])
+    window = _window(canvas, style, variation, nuisance)
+    contrast = _grid(style["contrast"] * torch.exp(variation.contrast * nuisance[:, 9]))
+    bright = _grid(variation.brightness * nuisance[:, 10])
+    texture = texture + _clutter(canvas, stray, variation.clutter)
     inside = style["level"] + contrast * texture
     images = window * inside + (1 - window) * style["outside"] + bright
     images = images + style["noise"] * fields[:, 0]
