@@ -1,0 +1,207 @@
+"""One implementation of one second-order MAML meta-step, in a process of its own.
+
+:mod:`peers` starts this script once per implementation and round, with the Python of
+whichever environment has that implementation (learn2learn builds in a venv of its own), so
+each library runs with exactly its own imports and allocator. Every implementation runs the same
+step: 5-way 1-shot tasks of 28x28 images, pooled conv4 (:class:`PeerConv4`, batch statistics),
+one inner SGD step at ``--inner-lr``, the query cross-entropy averaged over ``--meta-batch``
+tasks, then Adam at 1e-3.
+
+- ``learn2learn``: ``l2l.algorithms.MAML(model, lr, first_order=False)``, ``clone()`` and
+  ``adapt(loss)`` per task, ``backward()`` of each query loss;
+- ``higher``: ``higher.innerloop_ctx`` with an SGD inner optimiser per task;
+- ``autograd``: the same loop in plain torch (``torch.func.functional_call`` over the
+  adapted tensors), the reference the others are checked against;
+- ``funcgraph-module``: ``funcgraph.meta.maml(module)`` over :class:`PeerConv4` itself,
+  ``strategy=--strategy``; ``funcgraph-conv4``: funcgraph's own conv4 (``variant="pool"``)
+  loaded with the same parameters.
+
+``--check OUT`` writes the mean meta-gradient in float64 (no optimiser step) to ``OUT``;
+otherwise the worker runs one untimed step, then ``--steps`` timed ones, and prints one JSON
+line: the median step in wall and CPU seconds and the process's peak resident memory.
+
+    python benchmarks/peer_worker.py learn2learn DATA.pt --steps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+IMPLEMENTATIONS = ("learn2learn", "higher", "autograd", "funcgraph-module", "funcgraph-conv4")
+Tasks = tuple[Tensor, Tensor, Tensor, Tensor]
+"""``(support_x, support_y, query_x, query_y)``, each with the tasks on the leading dim."""
+
+
+class PeerConv4(nn.Module):
+    """Pooled conv4 as every peer writes it: four blocks of 3x3 convolution, batch norm with
+    batch statistics, ReLU and 2x2 max-pool, then a linear head (funcgraph's
+    ``conv4_module(ways, variant="pool")`` with the same parameter names)."""
+
+    def __init__(self, ways: int, hidden: int = 64) -> None:
+        super().__init__()
+        for i in range(4):
+            block = nn.Module()
+            block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, 1, 1)
+            block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
+            self.add_module(f"block{i + 1}", block)
+        self.head = nn.Linear(hidden, ways)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i in range(4):
+            block = getattr(self, f"block{i + 1}")
+            x = F.max_pool2d(F.relu(block.norm(block.conv(x))), 2)
+        return self.head(x.flatten(1))
+
+
+def make_data(ways: int, queries: int, meta_batch: int, seed: int = 0) -> dict[str, Any]:
+    """The initial parameters and the tasks every implementation starts from."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    state = PeerConv4(ways).state_dict()
+    sx = torch.rand(meta_batch, ways, 1, 28, 28, generator=gen)
+    qx = torch.rand(meta_batch, ways * queries, 1, 28, 28, generator=gen)
+    sy = torch.arange(ways).expand(meta_batch, -1).contiguous()
+    qy = torch.arange(ways).repeat_interleave(queries).expand(meta_batch, -1).contiguous()
+    return {"state": state, "tasks": (sx, sy, qx, qy), "ways": ways}
+
+
+def learn2learn_step(model: nn.Module, lr: float) -> Callable[[nn.Module, Tasks, float], None]:
+    """learn2learn's MAML wrapped around ``model`` once; the returned function puts the mean
+    meta-gradient into ``model``'s ``.grad``."""
+    import types
+
+    class NoTorchvision:  # learn2learn imports torchvision, which its MAML does not use
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+            if name == "torchvision" or name.startswith("torchvision."):
+                import importlib.machinery
+
+                return importlib.machinery.ModuleSpec(name, self, is_package=True)
+            return None
+
+        def create_module(self, spec: Any) -> types.ModuleType:
+            return types.ModuleType(spec.name)
+
+        def exec_module(self, module: types.ModuleType) -> None:
+            module.__path__ = []  # type: ignore[attr-defined]
+
+    if "learn2learn" not in sys.modules:
+        sys.meta_path.insert(0, NoTorchvision())  # type: ignore[arg-type]
+    import learn2learn as l2l
+
+    meta = l2l.algorithms.MAML(model, lr=lr, first_order=False)
+
+    def grads(model: nn.Module, tasks: Tasks, lr: float) -> None:
+        sx, sy, qx, qy = tasks
+        for t in range(sx.shape[0]):
+            learner = meta.clone()
+            learner.adapt(F.cross_entropy(learner(sx[t]), sy[t]))
+            (F.cross_entropy(learner(qx[t]), qy[t]) / sx.shape[0]).backward()
+    return grads
+
+
+def higher_grads(model: nn.Module, tasks: Tasks, lr: float) -> None:
+    import higher
+
+    inner = torch.optim.SGD(model.parameters(), lr=lr)
+    sx, sy, qx, qy = tasks
+    for t in range(sx.shape[0]):
+        with higher.innerloop_ctx(model, inner, copy_initial_weights=False) as (fmodel, opt):
+            opt.step(F.cross_entropy(fmodel(sx[t]), sy[t]))
+            (F.cross_entropy(fmodel(qx[t]), qy[t]) / sx.shape[0]).backward()
+
+
+def autograd_grads(model: nn.Module, tasks: Tasks, lr: float) -> None:
+    params = dict(model.named_parameters())
+    sx, sy, qx, qy = tasks
+    for t in range(sx.shape[0]):
+        loss = F.cross_entropy(torch.func.functional_call(model, params, (sx[t],)), sy[t])
+        grads = torch.autograd.grad(loss, list(params.values()), create_graph=True)
+        adapted = {n: p - lr * g for (n, p), g in zip(params.items(), grads, strict=True)}
+        query = torch.func.functional_call(model, adapted, (qx[t],))
+        (F.cross_entropy(query, qy[t]) / sx.shape[0]).backward()
+
+
+def funcgraph_step(name: str, model: nn.Module, lr: float, strategy: str
+                   ) -> Callable[[nn.Module, Tasks, float], None]:
+    """A function that puts funcgraph's mean meta-gradient into ``model``'s ``.grad``."""
+    from funcgraph import bind
+    from funcgraph.meta import Task, maml, mean_task_grads
+    from funcgraph.models import conv4
+
+    if name == "funcgraph-module":
+        apply: Any = model
+    else:
+        net = conv4(model.head.out_features, variant="pool")
+        from funcgraph import random
+
+        _, state = net.init(random.key(0))
+        apply = bind(net, state)
+    task_grad = maml(apply, inner_steps=1, inner_lr=lr).task_grad
+
+    def grads(model: nn.Module, tasks: Tasks, lr: float) -> None:
+        params = {n: p.detach() for n, p in model.named_parameters()}
+        mean, _, _ = mean_task_grads(task_grad, params, Task(*tasks), strategy=strategy)
+        for n, p in model.named_parameters():
+            p.grad = mean[n]
+    return grads
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("implementation", choices=IMPLEMENTATIONS)
+    parser.add_argument("data", type=Path, help="the file peers.py wrote (params and tasks)")
+    parser.add_argument("--steps", type=int, default=1, help="timed steps after a warm-up")
+    parser.add_argument("--inner-lr", type=float, default=0.4)
+    parser.add_argument("--strategy", default="auto", help="funcgraph's task strategy")
+    parser.add_argument("--check", type=Path, help="write the float64 meta-gradient here")
+    args = parser.parse_args(argv)
+
+    data = torch.load(args.data)
+    dtype = torch.float64 if args.check else torch.float32
+    model = PeerConv4(data["ways"]).to(dtype)
+    model.load_state_dict(data["state"])
+    tasks: Tasks = tuple(t.to(dtype) if t.is_floating_point() else t  # type: ignore[assignment]
+                         for t in data["tasks"])
+    grads_of = {"higher": higher_grads, "autograd": autograd_grads}.get(args.implementation)
+    if args.implementation == "learn2learn":
+        grads_of = learn2learn_step(model, args.inner_lr)
+    elif grads_of is None:
+        grads_of = funcgraph_step(args.implementation, model, args.inner_lr, args.strategy)
+    if args.check:
+        grads_of(model, tasks, args.inner_lr)
+        torch.save({n: p.grad for n, p in model.named_parameters()}, args.check)
+        return
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        grads_of(model, tasks, args.inner_lr)
+        opt.step()
+
+    step()  # warm-up: first-call costs (lazy imports, kernel choice) stay out of the times
+    wall, cpu = [], []
+    for _ in range(args.steps):
+        w, c = time.perf_counter(), time.process_time()
+        step()
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    hwm = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    print(json.dumps({"implementation": args.implementation, "wall_s": statistics.median(wall),
+                      "cpu_s": statistics.median(cpu), "peak_rss_mb": round(hwm / 1024, 1),
+                      "threads": torch.get_num_threads(), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
