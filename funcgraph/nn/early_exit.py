@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -118,6 +119,186 @@ def _names(what: str, given: Sequence[Model] | Mapping[str, Model]) -> dict[str,
     return {f"{what}.{n}": m for n, m in _named(f"early_exit: {what}", tuple(given)).items()}
 
 
+def _checked_children(
+    name: str,
+    blocks: Sequence[Model] | Mapping[str, Model],
+    heads: Sequence[Model] | Mapping[str, Model],
+    gates: Sequence[Model] | Mapping[str, Model] | None,
+) -> tuple[dict[str, Model], dict[str, Model], dict[str, Model]]:
+    """The blocks, heads and gates by name (no gates: empty), refused unless there are two
+    or more blocks, one head per block, one gate per exit and no name used twice."""
+    block_models = _names("blocks", blocks)
+    head_models = _names("heads", heads)
+    gate_models = {} if gates is None else _names("gates", gates)
+    n = len(block_models)
+    if n < 2:
+        raise ConfigError(f"{name}: needs at least 2 blocks (an exit sits between two), got {n}")
+    if len(head_models) != n:
+        raise ConfigError(f"{name}: needs one head per block ({n}), got {len(head_models)}")
+    if gates is not None and len(gate_models) != n - 1:
+        raise ConfigError(f"{name}: needs one gate per exit, i.e. per block but the last "
+                          f"({n - 1}), got {len(gate_models)}")
+    every_name = [*block_models, *head_models, *gate_models]
+    twice = sorted({child for child in every_name if every_name.count(child) > 1})
+    if twice:
+        raise ConfigError(f"{name}: child names must differ across blocks, heads and gates; "
+                          f"used twice: {twice}")
+    return block_models, head_models, gate_models
+
+
+def _running_order(block_models: dict[str, Model], head_models: dict[str, Model],
+                   gate_models: dict[str, Model]) -> dict[str, Model]:
+    """All children in the order they run: block, head(, gate) per block; the order of their
+    init and keys, so the params match a module that declares them so."""
+    block_names, head_names, gate_names = list(block_models), list(head_models), list(gate_models)
+    children: dict[str, Model] = {}
+    for k in range(len(block_names)):
+        children[block_names[k]] = block_models[block_names[k]]
+        children[head_names[k]] = head_models[head_names[k]]
+        if gate_names and k < len(block_names) - 1:
+            children[gate_names[k]] = gate_models[gate_names[k]]
+    return children
+
+
+@dataclass(frozen=True)
+class _Exits:
+    """An early exit's child names and the three programs that run them (the module
+    docstring's eager, per-sample and masked forms), each a ``(run, x, threshold)`` function.
+
+    Attributes:
+        name: the model's name, in error messages.
+        threshold: the threshold it was built with (a :func:`with_threshold` call overrides it).
+        blocks: the block names in running order.
+        heads: the head names, one per block.
+        gates: the gate names, one per exit; empty for the confidence rule.
+    """
+
+    name: str
+    threshold: float
+    blocks: tuple[str, ...]
+    heads: tuple[str, ...]
+    gates: tuple[str, ...]
+
+    @property
+    def last(self) -> int:
+        """The index of the last block (the one with no decision after it)."""
+        return len(self.blocks) - 1
+
+    def decide(
+        self, run: Children, k: int, h: Any, logits: Tensor, threshold: float
+    ) -> tuple[Tensor, Tensor]:
+        """``(continue_prob, goes_on)`` at exit ``k`` for the rows of ``h``, given their logits:
+        thresholded in evaluation, sampled (from the composite's own key) in training."""
+        if self.gates:
+            continue_prob = run(self.gates[k], h)
+            if not isinstance(continue_prob, Tensor) or continue_prob.shape != logits.shape[:1]:
+                got = (tuple(continue_prob.shape) if isinstance(continue_prob, Tensor)
+                       else type(continue_prob).__name__)
+                raise ShapeError(f"{self.name}: gate {self.gates[k]!r} must return one continue "
+                                 f"probability per row, shape {tuple(logits.shape[:1])}, got {got}")
+            goes_on = continue_prob > threshold
+        else:
+            confidence = logits.softmax(-1).amax(-1)
+            continue_prob, goes_on = 1.0 - confidence, confidence < threshold
+        if not run.train:
+            return continue_prob, goes_on
+        if run.own_key is None:
+            raise KeyMissingError(
+                f"{self.name}: training samples the exit decisions; call apply(..., "
+                "key=funcgraph.random.key(0), train=True) or pass train=False"
+            )
+        key = run.own_key if k == 0 else random.fold_in(run.own_key, k)
+        return continue_prob, random.uniform(key, continue_prob.shape).to(
+            continue_prob.device) < continue_prob.detach()
+
+    def eager(self, run: Children, x: Any, threshold: float) -> ExitOutput:
+        """The continuing rows gathered into each next block, every row's outputs scattered
+        back from where it stopped: an exiting row costs nothing in the later blocks."""
+        h = run(self.blocks[0], x)
+        logits = run(self.heads[0], h)
+        continue_prob, goes_on = self.decide(run, 0, h, logits, threshold)
+        out = ExitOutput(logits, ~goes_on, continue_prob, logits)
+        among_ran = goes_on.nonzero().squeeze(1)  # the continuing rows among those that ran
+        in_batch = among_ran  # and their positions in the batch
+        for k in range(1, self.last + 1):
+            if in_batch.numel() == 0:
+                break
+            h = run(self.blocks[k], h.index_select(0, among_ran))
+            logits = run(self.heads[k], h)
+            if k == self.last:
+                return out._replace(logits=out.logits.index_copy(0, in_batch, logits))
+            continue_prob, goes_on = self.decide(run, k, h, logits, threshold)
+            out = ExitOutput(*(full.index_copy(0, in_batch, part) for full, part in zip(
+                out, (logits, ~goes_on, continue_prob, logits), strict=True)))
+            among_ran = goes_on.nonzero().squeeze(1)
+            in_batch = in_batch.index_select(0, among_ran)
+        return out
+
+    def per_sample(self, run: Children, x: Any, threshold: float) -> ExitOutput:
+        """One sample, each decision a :func:`funcgraph.cond`: exported, a ``torch.cond`` whose
+        exit branch skips the later blocks."""
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[0] != 1:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ShapeError(f"{self.name}: the per-sample program takes one sample (batch 1), "
+                             f"got {got}; use masked_exits for batches")
+        return ExitOutput(*self._from_exit(run, 0, run(self.blocks[0], x), threshold))
+
+    def _from_exit(self, run: Children, k: int, h: Tensor, threshold: float) -> tuple[Tensor, ...]:
+        """The per-sample outputs from exit ``k`` on, given block ``k``'s output ``h``: a
+        ``cond`` between stopping here and running block ``k + 1`` (and the exits after it)."""
+        here = run.evaluation()  # cond branches must not change outside state
+        logits = here(self.heads[k], h)
+        continue_prob, goes_on = self.decide(here, k, h, logits, threshold)
+
+        def stop(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
+            """The sample exits at ``k``: this head's logits, exited."""
+            return (logits.clone(), logits.new_ones(1, dtype=torch.bool), p.clone(),
+                    logits.clone())
+
+        def go_on(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
+            """The sample continues: block ``k + 1``, then its exit or the last head."""
+            branch = run.evaluation()
+            deeper = branch(self.blocks[k + 1], h)
+            if k + 1 < self.last:
+                return self._from_exit(run, k + 1, deeper, threshold)
+            return (branch(self.heads[k + 1], deeper),
+                    logits.new_zeros(1, dtype=torch.bool), p.clone(), logits.clone())
+
+        return tuple(cond(goes_on.reshape(()), go_on, stop, h, logits, continue_prob))
+
+    def masked(self, run: Children, x: Any, threshold: float) -> ExitOutput:
+        """Every row through every block, each row's output selected where it stopped: the
+        same outputs as :meth:`eager` with fixed shapes (exportable), at the cost of the
+        whole network for every row."""
+        h = run(self.blocks[0], x)
+        logits = run(self.heads[0], h)
+        continue_prob, goes_on = self.decide(run, 0, h, logits, threshold)
+        out, running = ExitOutput(logits, ~goes_on, continue_prob, logits), goes_on
+        for k in range(1, self.last + 1):
+            h = run(self.blocks[k], h)
+            logits = run(self.heads[k], h)
+            if k == self.last:
+                return out._replace(logits=torch.where(running[:, None], logits, out.logits))
+            continue_prob, goes_on = self.decide(run, k, h, logits, threshold)
+            out = ExitOutput(torch.where(running[:, None], logits, out.logits),
+                             torch.where(running, ~goes_on, out.exited),
+                             torch.where(running, continue_prob, out.continue_prob),
+                             torch.where(running[:, None], logits, out.exit_logits))
+            running = running & goes_on
+        return out
+
+    def forward(self, run: Children, x: Any) -> ExitOutput:
+        """The composite's forward: the program the call's form asks for, at the threshold a
+        :func:`with_threshold` model asks for, else the built one."""
+        asked, form = _OVERRIDE.get(), _FORM.get()
+        if form != "eager" and run.train:
+            raise ConfigError(f"{self.name}: the {form} program is for evaluation (train=False); "
+                              "train the model itself")
+        program = {"eager": self.eager, "per_sample": self.per_sample, "masked": self.masked}[form]
+        with _override(None), _form("eager"):  # early exits inside the blocks stay eager
+            return program(run, x, self.threshold if asked is None else asked)
+
+
 def early_exit(
     blocks: Sequence[Model] | Mapping[str, Model],
     heads: Sequence[Model] | Mapping[str, Model],
@@ -150,134 +331,10 @@ def early_exit(
         come block, head(, gate) per block, the order of their init and keys.
     """
     check_fraction(name, "threshold", threshold, allow_one=True)
-    block_models = _names("blocks", blocks)
-    head_models = _names("heads", heads)
-    gate_models = {} if gates is None else _names("gates", gates)
-    n = len(block_models)
-    if n < 2:
-        raise ConfigError(f"{name}: needs at least 2 blocks (an exit sits between two), got {n}")
-    if len(head_models) != n:
-        raise ConfigError(f"{name}: needs one head per block ({n}), got {len(head_models)}")
-    if gates is not None and len(gate_models) != n - 1:
-        raise ConfigError(f"{name}: needs one gate per exit, i.e. per block but the last "
-                          f"({n - 1}), got {len(gate_models)}")
-    every = [*block_models, *head_models, *gate_models]
-    twice = sorted({child for child in every if every.count(child) > 1})
-    if twice:
-        raise ConfigError(f"{name}: child names must differ across blocks, heads and gates; "
-                          f"used twice: {twice}")
-    block_names, head_names, gate_names = list(block_models), list(head_models), list(gate_models)
-    children: dict[str, Model] = {}
-    for k in range(n):
-        children[block_names[k]] = block_models[block_names[k]]
-        children[head_names[k]] = head_models[head_names[k]]
-        if gate_names and k < n - 1:
-            children[gate_names[k]] = gate_models[gate_names[k]]
-
-    def decide(run: Children, k: int, h: Any, logits: Tensor, at: float) -> tuple[Tensor, Tensor]:
-        """``(continue_prob, go)`` at exit ``k`` for the rows of ``h``, given their logits."""
-        if gate_names:
-            p = run(gate_names[k], h)
-            if not isinstance(p, Tensor) or p.shape != logits.shape[:1]:
-                got = tuple(p.shape) if isinstance(p, Tensor) else type(p).__name__
-                raise ShapeError(f"{name}: gate {gate_names[k]!r} must return one continue "
-                                 f"probability per row, shape {tuple(logits.shape[:1])}, got {got}")
-            go = p > at
-        else:
-            confidence = logits.softmax(-1).amax(-1)
-            p, go = 1.0 - confidence, confidence < at
-        if not run.train:
-            return p, go
-        if run.own_key is None:
-            raise KeyMissingError(
-                f"{name}: training samples the exit decisions; call apply(..., "
-                "key=funcgraph.random.key(0), train=True) or pass train=False"
-            )
-        key = run.own_key if k == 0 else random.fold_in(run.own_key, k)
-        return p, random.uniform(key, p.shape).to(p.device) < p.detach()
-
-    def run_exits(run: Children, x: Any, at: float) -> ExitOutput:
-        h = run(block_names[0], x)
-        logits = run(head_names[0], h)
-        p, go = decide(run, 0, h, logits, at)
-        out = ExitOutput(logits, ~go, p, logits)
-        local = go.nonzero().squeeze(1)  # the continuing rows' positions among those that ran
-        rows = local  # and in the batch
-        for k in range(1, n):
-            if rows.numel() == 0:
-                break
-            h = run(block_names[k], h.index_select(0, local))
-            logits = run(head_names[k], h)
-            if k == n - 1:
-                return out._replace(logits=out.logits.index_copy(0, rows, logits))
-            p, go = decide(run, k, h, logits, at)
-            out = ExitOutput(*(full.index_copy(0, rows, part)
-                               for full, part in zip(out, (logits, ~go, p, logits), strict=True)))
-            local = go.nonzero().squeeze(1)
-            rows = rows.index_select(0, local)
-        return out
-
-    def run_per_sample(run: Children, x: Any, at: float) -> ExitOutput:
-        """One sample, each decision a :func:`funcgraph.cond`: exported, a ``torch.cond`` whose
-        exit branch skips the later blocks."""
-        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[0] != 1:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ShapeError(f"{name}: the per-sample program takes one sample (batch 1), got "
-                             f"{got}; use masked_exits for batches")
-
-        def after(k: int, h: Tensor) -> tuple[Tensor, ...]:
-            here = run.evaluation()  # cond branches must not change outside state
-            logits = here(head_names[k], h)
-            p, go = decide(here, k, h, logits, at)
-
-            def stop(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
-                return (logits.clone(), logits.new_ones(1, dtype=torch.bool), p.clone(),
-                        logits.clone())
-
-            def go_on(h: Tensor, logits: Tensor, p: Tensor) -> tuple[Tensor, ...]:
-                branch = run.evaluation()
-                deeper = branch(block_names[k + 1], h)
-                if k + 1 < n - 1:
-                    return after(k + 1, deeper)
-                return (branch(head_names[k + 1], deeper),
-                        logits.new_zeros(1, dtype=torch.bool), p.clone(), logits.clone())
-
-            return tuple(cond(go.reshape(()), go_on, stop, h, logits, p))
-
-        return ExitOutput(*after(0, run(block_names[0], x)))
-
-    def run_masked(run: Children, x: Any, at: float) -> ExitOutput:
-        """Every row through every block, each row's output selected where it stopped: the
-        same outputs as :func:`run_exits` with fixed shapes (exportable), at the cost of the
-        whole network for every row."""
-        h = run(block_names[0], x)
-        logits = run(head_names[0], h)
-        p, go = decide(run, 0, h, logits, at)
-        out, alive = ExitOutput(logits, ~go, p, logits), go
-        for k in range(1, n):
-            h = run(block_names[k], h)
-            logits = run(head_names[k], h)
-            if k == n - 1:
-                return out._replace(logits=torch.where(alive[:, None], logits, out.logits))
-            p, go = decide(run, k, h, logits, at)
-            out = ExitOutput(torch.where(alive[:, None], logits, out.logits),
-                             torch.where(alive, ~go, out.exited),
-                             torch.where(alive, p, out.continue_prob),
-                             torch.where(alive[:, None], logits, out.exit_logits))
-            alive = alive & go
-        return out
-
-    programs = {"eager": run_exits, "per_sample": run_per_sample, "masked": run_masked}
-
-    def forward(run: Children, x: Any) -> ExitOutput:
-        asked, form = _OVERRIDE.get(), _FORM.get()
-        if form != "eager" and run.train:
-            raise ConfigError(f"{name}: the {form} program is for evaluation (train=False); "
-                              "train the model itself")
-        with _override(None), _form("eager"):  # early exits inside the blocks stay eager
-            return programs[form](run, x, threshold if asked is None else asked)
-
-    return composite(name, children, forward, threshold=threshold, exits=n - 1, **meta)
+    block_models, head_models, gate_models = _checked_children(name, blocks, heads, gates)
+    exits = _Exits(name, threshold, tuple(block_models), tuple(head_models), tuple(gate_models))
+    return composite(name, _running_order(block_models, head_models, gate_models),
+                     exits.forward, threshold=threshold, exits=exits.last, **meta)
 
 
 def with_threshold(model: Model, threshold: float) -> Model:
