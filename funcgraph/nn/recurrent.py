@@ -61,6 +61,68 @@ def _check_input(fn: str, x: Any, input_size: int, batch_first: bool) -> tuple[T
     return inputs, lengths
 
 
+def _param_shapes(
+    gates: int, input_size: int, hidden_size: int, num_layers: int, bias: bool
+) -> dict[str, tuple[int, ...]]:
+    """Every param's shape by its ``nn.LSTM``/``nn.GRU`` name, in their order (the order of
+    the init keys): ``gates`` blocks of ``hidden_size`` rows per weight and bias."""
+    out: dict[str, tuple[int, ...]] = {}
+    for layer in range(num_layers):
+        fan = input_size if layer == 0 else hidden_size
+        out[f"weight_ih_l{layer}"] = (gates * hidden_size, fan)
+        out[f"weight_hh_l{layer}"] = (gates * hidden_size, hidden_size)
+        if bias:
+            out[f"bias_ih_l{layer}"] = (gates * hidden_size,)
+            out[f"bias_hh_l{layer}"] = (gates * hidden_size,)
+    return out
+
+
+def _valid_steps(
+    kind: str, lengths: Any, inputs: Tensor, given_shape: tuple[int, ...]
+) -> Tensor | None:
+    """(B, T, 1) bool, True at the steps each sequence of ``inputs`` (B, T, F) holds, from its
+    ``lengths`` (B,); ``None`` when every step counts. ``given_shape`` is the inputs' shape as
+    the caller gave it, for the error."""
+    if lengths is None:
+        return None
+    batch, steps = inputs.shape[0], inputs.shape[1]
+    if not isinstance(lengths, Tensor) or lengths.shape != (batch,):
+        got = tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths)
+        raise ShapeError(
+            f"{kind}: lengths must have shape (B,) = ({batch},) for inputs "
+            f"{given_shape}, got {got}"
+        )
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ShapeError(f"{kind}: lengths must be an integer tensor, got {lengths.dtype}")
+    steps_idx = torch.arange(steps, device=inputs.device)
+    return (steps_idx < lengths.unsqueeze(-1)).unsqueeze(-1)  # (B, T, 1)
+
+
+def _run_layer(
+    cell: Cell, gx: Tensor, w_hh: Tensor, b_hh: Tensor | None, carry_size: int,
+    hidden_size: int, valid: Tensor | None,
+) -> tuple[Tensor, Carry]:
+    """One layer over every step: its outputs (B, T, H) and its final carry.
+
+    ``gx`` (B, T, gates * H) is the input projection of every step; a step outside a
+    sequence (``valid`` False) keeps the carry and outputs zeros.
+    """
+    zeros = gx.new_zeros(gx.shape[0], hidden_size)
+    carry: Carry = (zeros,) * carry_size
+    outs = []
+    for t in range(gx.shape[1]):
+        stepped = cell(gx[:, t], w_hh, b_hh, carry)
+        if valid is None:
+            carry = stepped
+            outs.append(stepped[0])
+        else:
+            valid_now = valid[:, t]  # (B, 1)
+            carry = tuple(torch.where(valid_now, after, before)
+                          for after, before in zip(stepped, carry, strict=True))
+            outs.append(torch.where(valid_now, stepped[0], zeros))
+    return torch.stack(outs, dim=1), carry  # (B, T, H)
+
+
 def _recurrent(
     kind: str,
     cell: Cell,
@@ -77,21 +139,10 @@ def _recurrent(
     check_sizes(kind, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
     carry_size = 2 if kind == "lstm" else 1
     bound = 1.0 / math.sqrt(hidden_size)
-
-    def shapes() -> dict[str, tuple[int, ...]]:
-        out: dict[str, tuple[int, ...]] = {}
-        for layer in range(num_layers):
-            fan = input_size if layer == 0 else hidden_size
-            out[f"weight_ih_l{layer}"] = (gates * hidden_size, fan)
-            out[f"weight_hh_l{layer}"] = (gates * hidden_size, hidden_size)
-            if bias:
-                out[f"bias_ih_l{layer}"] = (gates * hidden_size,)
-                out[f"bias_hh_l{layer}"] = (gates * hidden_size,)
-        return out
-
-    param_shapes = shapes()
+    param_shapes = _param_shapes(gates, input_size, hidden_size, num_layers, bias)
 
     def init(key: Key) -> tuple[Params, State]:
+        """``U(-1/sqrt(H), 1/sqrt(H))`` for every param, one key each."""
         keys = random.split(key, len(param_shapes))
         params = {name: uniform(k, shape, -bound, bound, dtype)
                   for (name, shape), k in zip(param_shapes.items(), keys, strict=True)}
@@ -100,48 +151,25 @@ def _recurrent(
     def apply(
         params: Params, state: State, x: Any, *, key: Key | None = None, train: bool = False
     ) -> tuple[Any, State]:
+        """The layers in turn, each over every step; the outputs and final carries stacked."""
         inputs, lengths = _check_input(kind, x, input_size, batch_first)
         if not batch_first:
-            inputs = inputs.transpose(0, 1)
-        batch, steps = inputs.shape[0], inputs.shape[1]  # inputs: (B, T, F)
-        mask: Tensor | None = None
-        if lengths is not None:
-            if not isinstance(lengths, Tensor) or lengths.shape != (batch,):
-                got = tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths)
-                raise ShapeError(
-                    f"{kind}: lengths must have shape (B,) = ({batch},) for inputs "
-                    f"{tuple(x[0].shape)}, got {got}"
-                )
-            if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-                raise ShapeError(f"{kind}: lengths must be an integer tensor, got {lengths.dtype}")
-            steps_idx = torch.arange(steps, device=inputs.device)
-            mask = (steps_idx < lengths.unsqueeze(-1)).unsqueeze(-1)  # (B, T, 1)
+            inputs = inputs.transpose(0, 1)  # inputs: (B, T, F)
+        valid = _valid_steps(kind, lengths, inputs, tuple(x[0].shape))
         layer_in = inputs
         finals: list[Carry] = []
         for layer in range(num_layers):
-            w_hh = params[f"weight_hh_l{layer}"]
-            b_hh = params.get(f"bias_hh_l{layer}")
             # The input projection of every step at once: (B, T, gates * H).
             gx = F.linear(layer_in, params[f"weight_ih_l{layer}"], params.get(f"bias_ih_l{layer}"))
-            zeros = gx.new_zeros(batch, hidden_size)
-            carry: Carry = (zeros,) * carry_size
-            outs = []
-            for t in range(steps):
-                new = cell(gx[:, t], w_hh, b_hh, carry)
-                if mask is None:
-                    carry = new
-                    outs.append(new[0])
-                else:
-                    m = mask[:, t]  # (B, 1)
-                    carry = tuple(torch.where(m, n, c) for n, c in zip(new, carry, strict=True))
-                    outs.append(torch.where(m, new[0], zeros))
-            layer_in = torch.stack(outs, dim=1)  # (B, T, H)
-            finals.append(carry)
+            layer_in, final = _run_layer(cell, gx, params[f"weight_hh_l{layer}"],
+                                         params.get(f"bias_hh_l{layer}"), carry_size,
+                                         hidden_size, valid)
+            finals.append(final)
         outputs = layer_in if batch_first else layer_in.transpose(0, 1)
-        h_n = torch.stack([c[0] for c in finals])  # (num_layers, B, H)
+        h_n = torch.stack([final[0] for final in finals])  # (num_layers, B, H)
         if kind == "gru":
             return (outputs, h_n), state
-        c_n = torch.stack([c[1] for c in finals])
+        c_n = torch.stack([final[1] for final in finals])
         return (outputs, (h_n, c_n)), state
 
     meta = {"input_size": input_size, "hidden_size": hidden_size, "num_layers": num_layers,
