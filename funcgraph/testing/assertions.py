@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random as py_random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -211,6 +212,138 @@ def _default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return (1e-6, 1e-8) if dtype == torch.float64 else (2e-2, 1e-3)
 
 
+_FD = "assert_grad_matches_finite_differences"
+
+
+@dataclass(frozen=True)
+class _FdTolerance:
+    """How central differences are taken and how far autograd may be from them (see
+    :func:`assert_grad_matches_finite_differences`).
+
+    Attributes:
+        dtype: the dtype everything is cast to; its ``eps`` sets the step and the rounding.
+        step: the step given, else ``None`` for ``eps ** (1/3) * max(1, |p|)``.
+        rtol: relative tolerance, against ``|fd|``.
+        atol: absolute tolerance.
+    """
+
+    dtype: torch.dtype
+    step: float | None
+    rtol: float
+    atol: float
+
+    def step_at(self, value: float) -> float:
+        """The step for an entry of ``value``: the one given, else the one that balances
+        truncation against rounding error."""
+        if self.step is not None:
+            return self.step
+        return torch.finfo(self.dtype).eps ** (1 / 3) * max(1.0, abs(value))
+
+    def exceeded(self, analytic: float, numeric: float, base: float, step: float) -> bool:
+        """Whether ``|analytic - numeric|`` is over ``atol + rtol * |numeric|`` plus the
+        rounding error of a difference of ``fn`` near ``base`` over ``step``."""
+        rounding = 10 * torch.finfo(self.dtype).eps * abs(base) / step
+        return abs(analytic - numeric) > self.atol + rounding + self.rtol * abs(numeric)
+
+
+def _checked_fd_tolerance(
+    fn: object, params: object, dtype: torch.dtype, step: float | None, rtol: float | None,
+    atol: float | None, max_entries: int,
+) -> _FdTolerance:
+    """The tolerance to check with (the dtype's defaults where none is given), after refusing
+    a ``fn`` that is not callable, another dtype, bad numbers, and params that are not
+    floating-point tensors."""
+    _check_fn(_FD, fn)
+    if dtype not in (torch.float32, torch.float64):
+        raise ConfigError(f"{_FD}: dtype must be torch.float64 or torch.float32, got "
+                          f"{dtype!r}")
+    _check_tolerances(_FD, rtol=rtol, atol=atol)
+    if step is not None:
+        check_rate(_FD, "step", step)
+    check_int(_FD, "max_entries", max_entries)
+    tensors = [params] if isinstance(params, Tensor) else (
+        list(params.values()) if isinstance(params, Mapping) else None)
+    if tensors is None or not all(isinstance(t, Tensor) and t.is_floating_point()
+                                  for t in tensors):
+        raise ArgumentTypeError(f"{_FD}: params must be a floating-point tensor or a dict "
+                                f"of them, got {type(params).__name__}")
+    default_rtol, default_atol = _default_tolerance(dtype)
+    return _FdTolerance(dtype, step, default_rtol if rtol is None else rtol,
+                        default_atol if atol is None else atol)
+
+
+def _as_scalar_of_dict(
+    fn: Callable[..., Tensor], single: bool, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[Params], Tensor]:
+    """``fn`` as a function of a params dict (``{"": tensor}`` when ``single``), with its
+    other arguments bound; it refuses an output that is not a scalar and returns shape ``()``."""
+
+    def scalar(q: Params) -> Tensor:
+        """``fn`` at the params ``q``, as a 0-d tensor."""
+        out = fn(q[""] if single else q, *args, **kwargs)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ShapeError(f"{_FD}: fn must return a scalar, got {got}")
+        return out.reshape(())
+
+    return scalar
+
+
+def _autograd_grads(scalar: Callable[[Params], Tensor], p: Params) -> Params:
+    """The gradient of ``scalar`` at ``p`` by ``torch.autograd.grad``, zeros for an unused
+    entry. Marks ``p``'s floating tensors as requiring grad (they are the helper's own
+    copies)."""
+    leaves = {n: t.requires_grad_(t.is_floating_point()) for n, t in p.items()}
+    trainable = {n: t for n, t in leaves.items() if t.requires_grad}
+    found = torch.autograd.grad(scalar(leaves), list(trainable.values()), allow_unused=True)
+    return {n: torch.zeros_like(t) if g is None else g
+            for (n, t), g in zip(trainable.items(), found, strict=True)}
+
+
+def _central_difference(
+    scalar: Callable[[Params], Tensor], p: Params, name: str, i: int, step: float
+) -> float:
+    """``(f(p + step e_i) - f(p - step e_i)) / (2 step)`` for entry ``i`` of ``p[name]``
+    (flattened)."""
+    value = p[name]
+    flat = value.flatten()
+    diffs = []
+    for sign in (1.0, -1.0):
+        bumped = flat.clone()
+        bumped[i] += sign * step
+        diffs.append(scalar({**p, name: bumped.reshape(value.shape)}))
+    return float((diffs[0] - diffs[1]) / (2 * step))
+
+
+def _fd_problems(
+    scalar: Callable[[Params], Tensor], p: Params, grads: Params, tolerance: _FdTolerance,
+    max_entries: int, single: bool,
+) -> list[str]:
+    """One line for every checked entry where autograd and central differences disagree:
+    at most ``max_entries`` evenly spaced entries of each floating tensor of ``p``."""
+    problems = []
+    with torch.no_grad():
+        base = float(scalar(p))
+        for name, value in p.items():
+            if not value.is_floating_point() or value.numel() == 0:
+                continue
+            flat = value.flatten()
+            picks = torch.linspace(0, flat.numel() - 1, min(max_entries, flat.numel()))
+            for i in sorted({int(j) for j in picks.round().long()}):
+                h = tolerance.step_at(float(flat[i]))
+                numeric = _central_difference(scalar, p, name, i, h)
+                analytic = float(grads[name].flatten()[i])
+                if tolerance.exceeded(analytic, numeric, base, h):
+                    where = ("params" if single else f"params[{name!r}]") + index_of(
+                        i, value.shape
+                    )
+                    problems.append(
+                        f"d fn / d {where}: autograd {analytic:.6g}, central difference "
+                        f"{numeric:.6g} (step {h:.2g}, {tolerance.dtype})"
+                    )
+    return problems
+
+
 def assert_grad_matches_finite_differences(
     fn: Callable[..., Tensor],
     params: Mapping[str, Tensor] | Tensor,
@@ -245,78 +378,22 @@ def assert_grad_matches_finite_differences(
         loss = lambda p, s, x, y: F.cross_entropy(bind(model, s)(p, x), y)
         assert_grad_matches_finite_differences(loss, params, state, x, y)
     """
-    helper = "assert_grad_matches_finite_differences"
-    _check_fn(helper, fn)
-    if dtype not in (torch.float32, torch.float64):
-        raise ConfigError(f"{helper}: dtype must be torch.float64 or torch.float32, got "
-                          f"{dtype!r}")
-    _check_tolerances(helper, rtol=rtol, atol=atol)
-    if step is not None:
-        check_rate(helper, "step", step)
-    check_int(helper, "max_entries", max_entries)
-    tensors = [params] if isinstance(params, Tensor) else (
-        list(params.values()) if isinstance(params, Mapping) else None)
-    if tensors is None or not all(isinstance(t, Tensor) and t.is_floating_point()
-                                  for t in tensors):
-        raise ArgumentTypeError(f"{helper}: params must be a floating-point tensor or a dict "
-                                f"of them, got {type(params).__name__}")
-    default_rtol, default_atol = _default_tolerance(dtype)
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
+    tolerance = _checked_fd_tolerance(fn, params, dtype, step, rtol, atol, max_entries)
 
     def cast(t: Any) -> Any:
+        """A floating tensor detached and in ``dtype``; anything else as it is."""
         return t.detach().to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t
 
     single = isinstance(params, Tensor)
     p: Params = {"": cast(params)} if single else {n: cast(t) for n, t in params.items()}  # type: ignore[union-attr]
-    args = pytree.tree_map(cast, args)
-
-    def scalar(q: Params) -> Tensor:
-        out = fn(q[""] if single else q, *args, **kwargs)
-        if not isinstance(out, Tensor) or out.numel() != 1:
-            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ShapeError(
-                f"assert_grad_matches_finite_differences: fn must return a scalar, got {got}"
-            )
-        return out.reshape(())
-
-    leaves = {n: t.requires_grad_(t.is_floating_point()) for n, t in p.items()}
-    trainable = {n: t for n, t in leaves.items() if t.requires_grad}
-    found = torch.autograd.grad(scalar(leaves), list(trainable.values()), allow_unused=True)
-    grads = {n: torch.zeros_like(t) if g is None else g
-             for (n, t), g in zip(trainable.items(), found, strict=True)}
-    problems = []
-    with torch.no_grad():
-        base = float(scalar(p))
-        for name, value in p.items():
-            if not value.is_floating_point() or value.numel() == 0:
-                continue
-            flat = value.flatten()
-            picks = torch.linspace(0, flat.numel() - 1, min(max_entries, flat.numel()))
-            for i in sorted({int(j) for j in picks.round().long()}):
-                h = step if step is not None else (
-                    torch.finfo(dtype).eps ** (1 / 3) * max(1.0, abs(float(flat[i])))
-                )
-                diffs = []
-                for sign in (1.0, -1.0):
-                    bumped = flat.clone()
-                    bumped[i] += sign * h
-                    diffs.append(scalar({**p, name: bumped.reshape(value.shape)}))
-                numeric = float((diffs[0] - diffs[1]) / (2 * h))
-                analytic = float(grads[name].flatten()[i])
-                rounding = 10 * torch.finfo(dtype).eps * abs(base) / h
-                if abs(analytic - numeric) > atol + rounding + rtol * abs(numeric):
-                    where = ("params" if single else f"params[{name!r}]") + index_of(
-                        i, value.shape
-                    )
-                    problems.append(
-                        f"d fn / d {where}: autograd {analytic:.6g}, central difference "
-                        f"{numeric:.6g} (step {h:.2g}, {dtype})"
-                    )
+    scalar = _as_scalar_of_dict(fn, single, pytree.tree_map(cast, args), kwargs)
+    grads = _autograd_grads(scalar, p)
+    problems = _fd_problems(scalar, p, grads, tolerance, max_entries, single)
     if problems:
-        _fail("assert_grad_matches_finite_differences", problems,
-              f"Allowed |autograd - fd| <= {atol:g} + {rtol:g}*|fd| + rounding. A custom "
-              "backward, a detach() or an in-place op on the path is the usual cause.")
+        _fail(_FD, problems,
+              f"Allowed |autograd - fd| <= {tolerance.atol:g} + {tolerance.rtol:g}*|fd| + "
+              "rounding. A custom backward, a detach() or an in-place op on the path is the "
+              "usual cause.")
     return grads[""] if single else grads
 
 
