@@ -20,28 +20,30 @@ if TYPE_CHECKING:
     from .nn.torch_module import from_module
     from .params import Params, State
 
-CORE = {"cond": "control", "FuncgraphError": "errors", "Model": "model", "bind": "model",
-        "from_module": "nn.torch_module", "stateless": "model", "Params": "params",
-        "State": "params"}
+_CORE = {"cond": "control", "FuncgraphError": "errors", "Model": "model", "bind": "model",
+         "from_module": "nn.torch_module", "stateless": "model", "Params": "params",
+         "State": "params"}
 """Core name -> the module defining it, imported on first use of the name."""
 
-SUBPACKAGES = ("data", "debug", "factory", "meta", "models", "nas", "nn", "params", "random",
-               "runs", "testing", "train")
-"""Subpackages reachable as ``funcgraph.<name>`` after a plain ``import funcgraph``."""
+_MODULES = ("allocator", "checks", "control", "data", "debug", "distributed", "errors", "export",
+            "factory", "files", "meta", "model", "models", "nas", "nn", "params", "placement",
+            "plugins", "precision", "random", "runs", "testing", "train")
+"""The subpackages and modules the docs cite, each reachable as ``funcgraph.<name>`` after a
+plain ``import funcgraph`` (imported on first use)."""
 
 
 def __getattr__(name: str) -> Any:
-    """Import a subpackage or a core name's module on first attribute access (PEP 562)."""
-    if name in SUBPACKAGES:
+    """Import a submodule or a core name's module on first attribute access (PEP 562)."""
+    if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name in CORE:
-        return getattr(importlib.import_module(f"{__name__}.{CORE[name]}"), name)
+    if name in _CORE:
+        return getattr(importlib.import_module(f"{__name__}.{_CORE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """What is loaded and every public name, loaded or not, so completion finds them."""
-    return sorted({*globals(), *__all__, *SUBPACKAGES})
+    """The public names and the documented submodules, loaded or not; nothing else."""
+    return sorted({*__all__, *_MODULES})
 
 
 __all__ = [

@@ -58,16 +58,22 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
 
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 
+_MODULES = (*_EXPORTS, "cache", "images", "strokes")
+"""The submodules the docs cite, reachable as ``funcgraph.data.<name>`` (imported on first
+use)."""
+
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
         return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """What is loaded and every public name, loaded or not, so completion finds them."""
-    return sorted({*globals(), *__all__})
+    """The public names and the documented submodules, loaded or not; nothing else."""
+    return sorted({*__all__, *_MODULES})
 
 
 __all__ = sorted(_HOME)

@@ -35,3 +35,12 @@ __all__ = [
     "tap",
     "trace",
 ]
+
+
+_MODULES = ("calls", "graph", "render", "taps", "trace")
+"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
+
+
+def __dir__() -> list[str]:
+    """The public names and the documented submodules; nothing else."""
+    return sorted({*__all__, *_MODULES})

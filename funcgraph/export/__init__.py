@@ -64,3 +64,12 @@ __all__ = [
     "read_metadata",
     "save",
 ]
+
+
+_MODULES = ("artifact", "program")
+"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
+
+
+def __dir__() -> list[str]:
+    """The public names and the documented submodules; nothing else."""
+    return sorted({*__all__, *_MODULES})

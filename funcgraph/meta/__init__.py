@@ -120,18 +120,24 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 _HOME["BoundApply"] = "..model"
 
+_MODULES = (*_EXPORTS, "binding")
+"""The submodules the docs cite, reachable as ``funcgraph.meta.<name>`` (imported on first use)
+unless a function of that name stands there."""
+
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
         home = _HOME[name]
         module = importlib.import_module(home if home.startswith(".") else f".{home}", __name__)
         return getattr(module, name)
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """What is loaded and every public name, loaded or not, so completion finds them."""
-    return sorted({*globals(), *__all__})
+    """The public names and the documented submodules, loaded or not; nothing else."""
+    return sorted({*__all__, *_MODULES})
 
 
 class _Package(types.ModuleType):

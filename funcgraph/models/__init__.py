@@ -17,3 +17,12 @@ from .rnn import rnn_classifier, sequence_encoder
 
 __all__ = ["conv4", "early_exit_cnn", "mlp", "resnet", "resnet12", "rnn_classifier",
            "sequence_encoder"]
+
+
+_MODULES = ("conv4", "early_exit", "mlp", "resnet", "resnet12", "rnn")
+"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
+
+
+def __dir__() -> list[str]:
+    """The public names and the documented submodules; nothing else."""
+    return sorted({*__all__, *_MODULES})

@@ -123,3 +123,13 @@ __all__ = [
     "unrolled_weights",
     "weighted_sum",
 ]
+
+
+_MODULES = ("bilevel", "cell", "genotype", "mixed", "network", "ops", "perturbation", "remedies",
+            "search")
+"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
+
+
+def __dir__() -> list[str]:
+    """The public names and the documented submodules; nothing else."""
+    return sorted({*__all__, *_MODULES})
