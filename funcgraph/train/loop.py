@@ -14,13 +14,17 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from ..errors import DivergedError
 from .divergence import check_diverged
 from .run_dir import Run
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 Groups = dict[str, dict[str, Tensor]]
 StepFn = Callable[[int, Groups], tuple[Groups, Mapping[str, float]]]
@@ -75,6 +79,122 @@ def _fmt(metrics: Mapping[str, float]) -> str:
     return "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
 
 
+def _is_due(done: int, every: int, total_steps: int) -> bool:
+    """Whether something done every ``every`` steps (and at the end) is due after ``done``."""
+    return done % every == 0 or done == total_steps
+
+
+def _progress_bar(cfg: LoopConfig) -> Progress:
+    """The rich progress bar: description, bar, steps, metrics, rate, elapsed time and eta
+    (drawn only when ``cfg.show_progress``)."""
+    from rich.progress import (  # the bar's machinery loads when a loop runs, not on import
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[metrics]}"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    ]
+    return Progress(*columns, disable=not cfg.show_progress, transient=False)
+
+
+class _Loop:
+    """Where one :func:`run_loop` stands, and what it does after each step.
+
+    Attributes:
+        groups: the groups after ``done`` completed steps.
+        done: the completed steps.
+        saved: the step of the last ``last`` checkpoint (the start step before any).
+        best_value: the best validation ``cfg.best_metric`` so far (``None`` before any).
+    """
+
+    def __init__(self, run: Run, groups: Groups, cfg: LoopConfig, start_step: int,
+                 best_value: float | None) -> None:
+        self.run, self.cfg, self.start_step = run, cfg, start_step
+        self.groups = groups
+        self.done = self.saved = start_step
+        self.best_value = best_value
+
+    def save(self, tag: str) -> None:
+        """Write checkpoint ``tag`` of the groups, with the step and best value in its meta
+        (when the loop writes)."""
+        if self.cfg.write:
+            self.run.save(tag, self.groups, {**self.cfg.meta, "step": self.done,
+                                             "best_value": self.best_value})
+
+    def check_loss(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Log a ``diverged`` record and raise when step ``step``'s loss is not finite or
+        exceeds the bound; its groups are not kept."""
+        loss = metrics.get("loss")
+        if loss is None:
+            return
+        try:
+            check_diverged(loss, step=step + 1, bound=self.cfg.divergence_bound,
+                           rates=self.cfg.rates)
+        except DivergedError as e:
+            if self.cfg.write:
+                self.run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
+            raise _diverged(e, self.saved) from None
+
+    def report(self, progress: Progress, bar: TaskID, metrics: Mapping[str, float],
+               started: float) -> None:
+        """Show the step's metrics and rate on the bar, and log them every ``log_every``
+        steps (and at the end)."""
+        cfg = self.cfg
+        elapsed = time.perf_counter() - started
+        rate = (self.done - self.start_step) * cfg.items_per_step / max(elapsed, 1e-9)
+        shown = {k: float(v) for k, v in metrics.items()}
+        progress.update(bar, completed=self.done, metrics=_fmt(shown),
+                        rate=f"{rate:.1f} {cfg.item_name}/s", description=cfg.description)
+        if cfg.write and _is_due(self.done, cfg.log_every, cfg.total_steps):
+            self.run.log({"kind": "train", "step": self.done, **shown,
+                          f"{cfg.item_name}_per_s": rate})
+
+    def validate(self, validate: ValidateFn, console: Console,
+                 after_validation: Callable[[int, Mapping[str, float]], object] | None) -> None:
+        """Validate, log and print the figures, save ``best`` on a better (not NaN) value of
+        ``best_metric``, then hand the figures to ``after_validation`` (when the loop
+        writes)."""
+        cfg = self.cfg
+        figures = {k: float(v) for k, v in validate(self.done, self.groups).items()}
+        if cfg.write:
+            self.run.log({"kind": "validation", "step": self.done, **figures})
+        console.print(f"{cfg.label}step {self.done}: {_fmt(figures)}", highlight=False,
+                      markup=False)
+        if cfg.best_metric is not None and cfg.best_metric in figures:
+            value = figures[cfg.best_metric]
+            better = self.best_value is None or (
+                value > self.best_value if cfg.maximize else value < self.best_value
+            )
+            if better and not math.isnan(value):
+                self.best_value = value
+                self.save("best")
+        if after_validation is not None and cfg.write:
+            after_validation(self.done, figures)
+
+    def interrupted(self, progress: Progress) -> None:
+        """On Ctrl-C: save the completed steps not yet in ``last`` and say where they are."""
+        if self.done > self.saved:  # a Ctrl-C before the first step leaves no checkpoint
+            self.save("last")
+        if self.cfg.show_progress:
+            progress.console.print(
+                f"interrupted: checkpoint of step {self.done} in {self.run.checkpoint_dir}; "
+                "continue with --resume" if self.done else
+                "interrupted before the first step: nothing saved",
+                highlight=False, markup=False)
+
+
 def run_loop(
     run: Run,
     groups: Groups,
@@ -99,33 +219,8 @@ def run_loop(
     ``cfg.divergence_bound`` logs a ``diverged`` record and raises
     :class:`~funcgraph.errors.DivergedError`.
     """
-    done = saved = start_step
-
-    def save(tag: str, extra: Mapping[str, Any] | None = None) -> None:
-        if cfg.write:
-            run.save(tag, groups, {**cfg.meta, "step": done, "best_value": best_value,
-                                   **(extra or {})})
-
-    from rich.progress import (  # the bar's machinery loads when a loop runs, not on import
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = [
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[metrics]}"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    ]
-    progress = Progress(*columns, disable=not cfg.show_progress, transient=False)
+    loop = _Loop(run, groups, cfg, start_step, best_value)
+    progress = _progress_bar(cfg)
     started = time.perf_counter()
     try:
         with progress:
@@ -134,59 +229,22 @@ def run_loop(
             bar = progress.add_task(first, total=cfg.total_steps, completed=start_step,
                                     metrics="", rate="")
             for step in range(start_step, cfg.total_steps):
-                new_groups, metrics = step_fn(step, groups)
-                loss = metrics.get("loss")
-                if loss is not None:
-                    try:
-                        check_diverged(loss, step=step + 1, bound=cfg.divergence_bound,
-                                       rates=cfg.rates)
-                    except DivergedError as e:
-                        if cfg.write:
-                            run.log({"kind": "diverged", "step": step + 1, "loss": float(loss)})
-                        raise _diverged(e, saved) from None
-                groups, done = new_groups, step + 1
+                new_groups, metrics = step_fn(step, loop.groups)
+                loop.check_loss(step, metrics)
+                loop.groups, loop.done = new_groups, step + 1
                 if after_step is not None:
-                    after_step(done)
-                elapsed = time.perf_counter() - started
-                rate = (done - start_step) * cfg.items_per_step / max(elapsed, 1e-9)
-                shown = {k: float(v) for k, v in metrics.items()}
-                progress.update(bar, completed=done, metrics=_fmt(shown),
-                                rate=f"{rate:.1f} {cfg.item_name}/s",
-                                description=cfg.description)
-                if cfg.write and (done % cfg.log_every == 0 or done == cfg.total_steps):
-                    run.log({"kind": "train", "step": done, **shown,
-                             f"{cfg.item_name}_per_s": rate})
-                if validate is not None and cfg.validate_every and (
-                    done % cfg.validate_every == 0 or done == cfg.total_steps
-                ):
-                    val = {k: float(v) for k, v in validate(done, groups).items()}
-                    if cfg.write:
-                        run.log({"kind": "validation", "step": done, **val})
-                    progress.console.print(f"{cfg.label}step {done}: {_fmt(val)}", highlight=False,
-                                           markup=False)
-                    if cfg.best_metric is not None and cfg.best_metric in val:
-                        value = val[cfg.best_metric]
-                        better = best_value is None or (
-                            value > best_value if cfg.maximize else value < best_value
-                        )
-                        if better and not math.isnan(value):
-                            best_value = value
-                            save("best")
-                    if after_validation is not None and cfg.write:
-                        after_validation(done, val)
-                if done % cfg.checkpoint_every == 0 or done == cfg.total_steps:
-                    save("last")
-                    saved = done
+                    after_step(loop.done)
+                loop.report(progress, bar, metrics, started)
+                if validate is not None and cfg.validate_every and _is_due(
+                        loop.done, cfg.validate_every, cfg.total_steps):
+                    loop.validate(validate, progress.console, after_validation)
+                if _is_due(loop.done, cfg.checkpoint_every, cfg.total_steps):
+                    loop.save("last")
+                    loop.saved = loop.done
     except KeyboardInterrupt:
-        if done > saved:  # a Ctrl-C before the first step leaves no checkpoint to resume
-            save("last")
-        if cfg.show_progress:
-            progress.console.print(
-                f"interrupted: checkpoint of step {done} in {run.checkpoint_dir}; continue "
-                "with --resume" if done else "interrupted before the first step: nothing saved",
-                highlight=False, markup=False)
+        loop.interrupted(progress)
         raise
-    return groups
+    return loop.groups
 
 
 def _diverged(error: DivergedError, saved: int) -> DivergedError:
