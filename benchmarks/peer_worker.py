@@ -19,6 +19,11 @@ tasks, then Adam at 1e-3.
 ``--check OUT`` writes the mean meta-gradient in float64 (no optimiser step) to ``OUT``;
 otherwise the worker runs one untimed step, then ``--steps`` timed ones, and prints one JSON
 line: the median step in wall and CPU seconds and the process's peak resident memory.
+``--profile`` prints instead where one step's time goes (``torch.profiler``'s self CPU time by
+kind of operator: convolution, matmul, pooling, normalisation, copies and fills, element-wise,
+other). ``--op-limit`` prints the step's op-limit: every convolution and matrix product the step
+performs (forward, backward and second order, traced at the aten level with their shapes,
+strides and dtypes) replayed alone on fresh tensors, best of ``--replays``, summed.
 
     python benchmarks/peer_worker.py learn2learn DATA.pt --steps 1
 """
@@ -157,6 +162,86 @@ def funcgraph_step(name: str, model: nn.Module, lr: float, strategy: str
     return grads
 
 
+KINDS = (
+    ("convolution", ("conv", "im2col", "col2im")),
+    ("matmul", ("addmm", "aten::mm", "bmm", "matmul", "linear")),
+    ("pooling", ("pool",)),
+    ("normalisation", ("batch_norm", "var_mean", "aten::var", "native_batch_norm")),
+    ("copies and fills", ("copy", "clone", "contiguous", "fill", "zero", "cat", "stack",
+                          "empty", "index", "scatter", "gather", "expand", "view", "reshape",
+                          "permute", "transpose", "as_strided", "select", "slice", "unsqueeze",
+                          "squeeze", "t\b")),
+)
+
+
+def kind_of(op: str) -> str:
+    for kind, marks in KINDS:
+        if any(mark in op for mark in marks):
+            return kind
+    return "element-wise" if op.startswith("aten::") else "other"
+
+
+def profile(step: Callable[[], None]) -> dict[str, float]:
+    """Fractions of one step's self CPU time by kind of operator (:data:`KINDS`)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    with profiler(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    by_kind: dict[str, float] = {}
+    for event in prof.key_averages():
+        kind = kind_of(event.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_cpu_time_total
+    total = sum(by_kind.values())
+    return {kind: round(us / total, 4) for kind, us in sorted(by_kind.items())}
+
+
+DENSE_OPS = {"aten.convolution.default", "aten.convolution_backward.default",
+             "aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
+
+
+def op_limit(step: Callable[[], None], replays: int) -> dict[str, Any]:
+    """Every dense op of one ``step`` (:data:`DENSE_OPS`) replayed alone: their summed best
+    times are the step's op-limit, what the step would take if nothing but them ran."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any], int]] = {}
+
+    def spec(x: Any) -> Any:
+        return (tuple(x.shape), x.stride(), x.dtype) if isinstance(x, Tensor) else x
+
+    class Trace(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                               ) -> Any:
+            kwargs = kwargs or {}
+            if str(func) in DENSE_OPS:
+                key = repr((str(func), [spec(a) for a in args], sorted(kwargs.items())))
+                before = calls.get(key)
+                calls[key] = (func, args, kwargs, before[3] + 1 if before else 1)
+            return func(*args, **kwargs)
+
+    with Trace():
+        step()
+
+    def fresh(x: Any) -> Any:
+        return (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype).uniform_(-1, 1)
+                if isinstance(x, Tensor) else x)
+
+    total, rows = 0.0, []
+    for func, args, kwargs, count in calls.values():
+        inputs = [fresh(a) for a in args]
+        best = float("inf")
+        for _ in range(replays + 1):  # the first replay warms up
+            start = time.perf_counter()
+            func(*inputs, **kwargs)
+            best = min(best, time.perf_counter() - start)
+        total += best * count
+        rows.append({"op": str(func), "count": count, "best_ms": round(1e3 * best, 3),
+                     "shapes": [list(a.shape) for a in args if isinstance(a, Tensor)]})
+    return {"op_limit_s": round(total, 4), "distinct_ops": len(rows),
+            "calls": sum(r["count"] for r in rows), "ops": rows}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("implementation", choices=IMPLEMENTATIONS)
@@ -165,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inner-lr", type=float, default=0.4)
     parser.add_argument("--strategy", default="auto", help="funcgraph's task strategy")
     parser.add_argument("--check", type=Path, help="write the float64 meta-gradient here")
+    parser.add_argument("--profile", action="store_true", help="where one step's time goes")
+    parser.add_argument("--op-limit", action="store_true", help="the step's dense ops alone")
+    parser.add_argument("--replays", type=int, default=5, help="with --op-limit: best of N")
     args = parser.parse_args(argv)
 
     data = torch.load(args.data)
@@ -190,6 +278,12 @@ def main(argv: list[str] | None = None) -> None:
         opt.step()
 
     step()  # warm-up: first-call costs (lazy imports, kernel choice) stay out of the times
+    if args.profile or args.op_limit:
+        found = profile(step) if args.profile else op_limit(step, args.replays)
+        print(json.dumps({"implementation": args.implementation,
+                          "threads": torch.get_num_threads(),
+                          "profile" if args.profile else "op_limit": found}))
+        return
     wall, cpu = [], []
     for _ in range(args.steps):
         w, c = time.perf_counter(), time.process_time()

@@ -12,9 +12,12 @@ learn2learn 0.2.0 does not install from the registry beside current torch; it bu
 sdist with a current Cython in a venv of its own (``--peer-python`` names that venv's Python;
 ``benchmarks/peers_venv.sh`` builds it). A peer that does not import is skipped with one line.
 
-Prints one JSON line per implementation and setting: the step's wall seconds as median and
-quartiles over the rounds, its ratio to learn2learn's median, CPU seconds and the process's
-peak resident memory (median over rounds), the threads, queries and the CPU's name.
+Per setting (queries, threads) it prints, as JSON lines: the step's op-limit (each convolution
+and matrix product of the reference step replayed alone, summed: ``peer_worker.py
+--op-limit``); each implementation's profile (where one step's time goes, by kind of
+operator); then one line per implementation: the step's wall seconds as median and quartiles
+over the rounds, its ratio to learn2learn's median, its percentage of the op-limit, CPU
+seconds and the process's peak resident memory (medians over rounds), and the CPU's name.
 
     python benchmarks/peers.py --peer-python l2l-venv/bin/python --threads 2 --queries 1,15
 """
@@ -99,8 +102,17 @@ def time_setting(names: list[str], pythons: dict[str, str], data: Path, env: dic
     return runs
 
 
+def worker_line(pythons: dict[str, str], name: str, data: Path, env: dict[str, str],
+                *extra: str) -> dict[str, Any]:
+    done = run_worker(pythons[name], name, data, env, *extra)
+    if done.returncode != 0:
+        raise SystemExit(f"peers: {name} {' '.join(extra)} failed:\n{done.stderr[-2000:]}")
+    line: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return line
+
+
 def summary(runs: dict[str, list[dict[str, Any]]], queries: int, threads: int,
-            args: argparse.Namespace) -> list[dict[str, Any]]:
+            limit_s: float, args: argparse.Namespace) -> list[dict[str, Any]]:
     anchor = (statistics.median(r["wall_s"] for r in runs["learn2learn"])
               if "learn2learn" in runs else None)
     rows = []
@@ -111,6 +123,7 @@ def summary(runs: dict[str, list[dict[str, Any]]], queries: int, threads: int,
             "rounds": len(results), "wall_s_median": round(median, 4),
             "wall_s_q1": round(q1, 4), "wall_s_q3": round(q3, 4),
             "speedup_vs_learn2learn": round(anchor / median, 3) if anchor else None,
+            "op_limit_s": limit_s, "pct_of_op_limit": round(100 * limit_s / median, 1),
             "cpu_s_median": round(statistics.median(r["cpu_s"] for r in results), 4),
             "peak_rss_mb_median": statistics.median(r["peak_rss_mb"] for r in results),
             "malloc": args.malloc, "meta_batch": args.meta_batch, "ways": 5, "shots": 1,
@@ -149,8 +162,14 @@ def main(argv: list[str] | None = None) -> None:
             torch.save(make_data(5, queries, args.meta_batch), data)
             for threads in map(int, args.threads.split(",")):
                 env["OMP_NUM_THREADS"] = str(threads)
+                limit = worker_line(pythons, "autograd", data, env, "--op-limit")["op_limit"]
+                print(json.dumps({"queries": queries, "threads": threads, **limit}), flush=True)
+                for name in names:
+                    found = worker_line(pythons, name, data, env, "--profile",
+                                        "--strategy", args.strategy)
+                    print(json.dumps({"queries": queries, **found}), flush=True)
                 runs = time_setting(names, pythons, data, env, args.rounds, args.strategy)
-                for row in summary(runs, queries, threads, args):
+                for row in summary(runs, queries, threads, limit["op_limit_s"], args):
                     print(json.dumps(row), flush=True)
 
 
