@@ -65,10 +65,11 @@ from funcgraph import bind, random
 from funcgraph.allocator import keep_freed_memory
 from funcgraph.meta import BoundApply, Task, maml, mean_task_grads
 from funcgraph.meta.learner import TaskGradFn
+from funcgraph.model import Model
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
-from funcgraph.params import Params
-from funcgraph.train import adam
+from funcgraph.params import Params, State
+from funcgraph.train import Optimizer, adam
 
 
 def clone_module(module: nn.Module) -> nn.Module:
@@ -327,7 +328,8 @@ def print_split(base: float, rewritten: float, funcgraph: dict[str, float]) -> N
                               "machinery_on_twin": base / twin, "rewrites_under_it": twin / sec}))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--ways", type=int, default=5)
     p.add_argument("--shots", type=int, default=1)
@@ -363,100 +365,149 @@ def main() -> None:
                         "first variant")
     p.add_argument("--serve-baseline", default=None, help=argparse.SUPPRESS)
     p.add_argument("--peak-of", default=None, help=argparse.SUPPRESS)  # internal, see docs
-    args = p.parse_args()
-    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    return p.parse_args()
+
+
+def set_allocator(args: argparse.Namespace) -> None:
+    """Keep freed memory in this process where ``--malloc`` asks for it (``keep``: every
+    process; ``shipped``: funcgraph's, not a process that runs only a baseline)."""
     baseline_only = args.serve_baseline is not None or args.peak_of in BASELINES
     keep = args.malloc == "keep" or (args.malloc == "shipped" and not baseline_only)
     if keep and not keep_freed_memory():
         raise SystemExit(f"--malloc {args.malloc}: this C library has no glibc mallopt")
 
-    torch.manual_seed(args.seed)
-    dtype = getattr(torch, args.dtype)
-    model = conv4(args.ways, hidden=args.hidden, variant=args.variant, dtype=dtype)
-    params, state = model.init(random.key(args.seed))
-    module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
-    module.to(dtype).load_state_dict(params)
-    rewritten = FuncgraphConv4(bind(model, state), params)
-    tasks = make_tasks(args, dtype)
+
+def twin_forward(module: nn.Module) -> Callable[[Params, Tensor], Tensor]:
+    """The ``torch.nn`` twin's forward as a function of the params (not thread-safe:
+    ``functional_call`` swaps the tensors into the module for the call)."""
 
     def twin(p: Params, x: Tensor) -> Tensor:
-        """The ``torch.nn`` twin's forward as a function of the params (not thread-safe:
-        ``functional_call`` swaps the tensors into the module for the call)."""
+        """``module(x)`` with the params ``p``."""
         return torch.func.functional_call(module, p, (x,))
 
-    def parse(spec: str) -> Variant:
-        """The variant of a spec such as ``vmap8+remat`` or ``vmap+module+compile``."""
-        name, *flags = spec.split("+")
-        unknown = set(flags) - {"remat", "compile", "twin", "module", "bf16"}
-        if unknown or not (name in ("auto", "loop", "threads") or name.startswith("vmap")) or (
-                "compile" in flags and (name == "threads" or "remat" in flags)) or (
-                "twin" in flags and (name != "loop" or {"compile", "module"} & set(flags))):
-            raise SystemExit(f"--strategies: cannot read {spec!r}")
-        chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
-        apply: Any = (twin if "twin" in flags else module if "module" in flags else
-                      bind(model, state))
-        task_grad = maml(apply, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
-                         remat="remat" in flags).task_grad
-        return Variant("vmap" if name.startswith("vmap") else name, chunk, task_grad,
-                       "compile" in flags, "bf16" if "bf16" in flags else "float32")
+    return twin
 
-    specs = {spec: parse(spec) for spec in args.strategies.split(",")}
-    opt_fg = adam(1e-3)
-    opt_state = opt_fg.init(params)
 
-    # The torch.nn references: how each computes its meta-gradient, and on which module.
-    references: dict[str, tuple[Callable[..., Params], nn.Module]] = {
-        BASELINE: (baseline_grads, module), REWRITTEN: (baseline_grads, rewritten)}
-    if importlib.util.find_spec("higher") is not None:
-        references[HIGHER] = (higher_grads, module)
+def parse_variant(spec: str, args: argparse.Namespace, model: Model, state: State,
+                  module: nn.Module) -> Variant:
+    """The variant of a spec such as ``vmap8+remat`` or ``vmap+module+compile``: maml over
+    conv4 bound to its ``state``, over its ``torch.nn`` twin ``module`` (``+module``) or over
+    that twin's forward by ``functional_call`` (``+twin``)."""
+    name, *flags = spec.split("+")
+    unknown = set(flags) - {"remat", "compile", "twin", "module", "bf16"}
+    if unknown or not (name in ("auto", "loop", "threads") or name.startswith("vmap")) or (
+            "compile" in flags and (name == "threads" or "remat" in flags)) or (
+            "twin" in flags and (name != "loop" or {"compile", "module"} & set(flags))):
+        raise SystemExit(f"--strategies: cannot read {spec!r}")
+    chunk = int(name[4:]) if name.startswith("vmap") and name[4:] else None
+    over: Any = (twin_forward(module) if "twin" in flags else module if "module" in flags else
+                 bind(model, state))
+    task_grad = maml(over, inner_steps=args.inner_steps, inner_lr=args.inner_lr,
+                     remat="remat" in flags).task_grad
+    return Variant("vmap" if name.startswith("vmap") else name, chunk, task_grad,
+                   "compile" in flags, "bf16" if "bf16" in flags else "float32")
 
-    def reference_grads(name: str) -> Params:
-        grads_of, net = references[name]
-        return grads_of(net, tasks, args.inner_lr, args.inner_steps)
 
-    def reference_step(name: str) -> Callable[[], None]:
+@dataclass
+class Bench:
+    """What one run measures: conv4's params and its ``torch.nn`` twin ``module``, the
+    tasks, the funcgraph variants by spec and the references by row name (how each computes
+    its meta-gradient, and on which module: the twin, or :class:`FuncgraphConv4`)."""
+
+    args: argparse.Namespace
+    params: Params
+    module: nn.Module
+    tasks: Task
+    specs: dict[str, Variant]
+    references: dict[str, tuple[Callable[..., Params], nn.Module]]
+    optimizer: Optimizer
+    opt_state: Params
+
+    @classmethod
+    def build(cls, args: argparse.Namespace) -> Bench:
+        """Seed, build conv4 and its twins with the same params, the tasks and the variants;
+        ``higher``'s row only where it is installed."""
+        torch.manual_seed(args.seed)
+        dtype = getattr(torch, args.dtype)
+        model = conv4(args.ways, hidden=args.hidden, variant=args.variant, dtype=dtype)
+        params, state = model.init(random.key(args.seed))
+        module = conv4_module(args.ways, hidden=args.hidden, variant=args.variant)
+        module.to(dtype).load_state_dict(params)
+        rewritten = FuncgraphConv4(bind(model, state), params)
+        tasks = make_tasks(args, dtype)
+        specs = {spec: parse_variant(spec, args, model, state, module)
+                 for spec in args.strategies.split(",")}
+        optimizer = adam(1e-3)
+        opt_state = optimizer.init(params)
+        references: dict[str, tuple[Callable[..., Params], nn.Module]] = {
+            BASELINE: (baseline_grads, module), REWRITTEN: (baseline_grads, rewritten)}
+        if importlib.util.find_spec("higher") is not None:
+            references[HIGHER] = (higher_grads, module)
+        return cls(args, params, module, tasks, specs, references, optimizer, opt_state)
+
+    def reference_grads(self, name: str) -> Params:
+        """Reference ``name``'s meta-gradient on the tasks."""
+        grads_of, net = self.references[name]
+        return grads_of(net, self.tasks, self.args.inner_lr, self.args.inner_steps)
+
+    def reference_step(self, name: str) -> Callable[[], None]:
         """One step of reference ``name``: its meta-gradient, then Adam on its module."""
-        opt = torch.optim.Adam(references[name][1].parameters(), 1e-3)
+        opt = torch.optim.Adam(self.references[name][1].parameters(), 1e-3)
 
         def step() -> None:
-            reference_grads(name)
+            """The meta-gradient, then the update."""
+            self.reference_grads(name)
             opt.step()
         return step
 
-    if args.serve_baseline is not None:  # a child of --malloc shipped: one step per request
-        timed_step = timer(reference_step(args.serve_baseline), clock)
-        for _ in sys.stdin:
-            print(timed_step(), flush=True)
-        return
-
-    def fg_grads(spec: str) -> Params:
-        v = specs[spec]
-        grads, _, _ = mean_task_grads(v.task_grad, params, tasks, strategy=v.strategy,
+    def fg_grads(self, spec: str) -> Params:
+        """funcgraph variant ``spec``'s mean meta-gradient on the tasks."""
+        v = self.specs[spec]
+        grads, _, _ = mean_task_grads(v.task_grad, self.params, self.tasks, strategy=v.strategy,
                                       chunk_size=v.chunk, compile=v.compile,
                                       precision=v.precision)
         return grads
 
-    def fg_step(spec: str) -> Callable[[], None]:
+    def fg_step(self, spec: str) -> Callable[[], None]:
+        """One step of funcgraph variant ``spec``: its meta-gradient, then Adam."""
         def step() -> None:
-            opt_fg.update(params, fg_grads(spec), opt_state)  # dropped: same params every rep
+            """The meta-gradient, then the update (dropped: the same params every rep)."""
+            self.optimizer.update(self.params, self.fg_grads(spec), self.opt_state)
         return step
 
-    variants = {name: reference_step(name) for name in references}
-    for name in specs:
-        variants[f"funcgraph {name}"] = fg_step(name)
+    def steps(self) -> dict[str, Callable[[], None]]:
+        """Every row's step by its row name: the references, then ``funcgraph <spec>``."""
+        variants = {name: self.reference_step(name) for name in self.references}
+        for name in self.specs:
+            variants[f"funcgraph {name}"] = self.fg_step(name)
+        return variants
 
-    if args.peak_of is not None:  # the child process measuring one variant's peak RSS
-        variants[args.peak_of]()
-        peak_rss_reset()
-        variants[args.peak_of]()
-        print(json.dumps({"peak_rss_gb": peak_rss_gb()}))
-        return
 
-    # Equal meta-gradients on this batch before any timing (float32: rounding-level agreement).
-    want = reference_grads(BASELINE)
+def serve_baseline(bench: Bench, name: str, clock: Callable[[], float]) -> None:
+    """A child of ``--malloc shipped``: one step of baseline ``name`` per request line on
+    stdin, its duration printed on a line of its own."""
+    timed_step = timer(bench.reference_step(name), clock)
+    for _ in sys.stdin:
+        print(timed_step(), flush=True)
+
+
+def print_peak_rss(step: Callable[[], None]) -> None:
+    """The child process measuring one variant's peak RSS: two steps, the kernel's
+    high-water mark reset between them; a JSON line."""
+    step()
+    peak_rss_reset()
+    step()
+    print(json.dumps({"peak_rss_gb": peak_rss_gb()}))
+
+
+def check_meta_gradients(bench: Bench) -> None:
+    """Equal meta-gradients on this batch before any timing (float32: rounding-level
+    agreement): each row's against the baseline's, a JSON line each; exit on a mismatch."""
+    want = bench.reference_grads(BASELINE)
     others: dict[str, Callable[[], Params]] = {
-        **{name: (lambda n=name: reference_grads(n)) for name in references if name != BASELINE},
-        **{f"funcgraph {name}": (lambda n=name: fg_grads(n)) for name in specs}}
+        **{name: (lambda n=name: bench.reference_grads(n))
+           for name in bench.references if name != BASELINE},
+        **{f"funcgraph {name}": (lambda n=name: bench.fg_grads(n)) for name in bench.specs}}
     for name, grads_of in others.items():
         got = grads_of()
         # Relative to the whole gradient: conv biases before batch norm have ~0 gradient, so
@@ -464,20 +515,27 @@ def main() -> None:
         diff = torch.cat([(got[n] - want[n]).flatten() for n in want])
         err = (diff.norm() / torch.cat([w.flatten() for w in want.values()]).norm()).item()
         print(json.dumps({"check": name, "rel_grad_diff_vs_baseline": err}))
-        spec = specs.get(name.removeprefix("funcgraph "))
+        spec = bench.specs.get(name.removeprefix("funcgraph "))
         # bfloat16 keeps ~3 digits and the meta-gradient is a difference of large terms: tens
         # of percent off float64 at initialisation (docs/meta-learning.md), for any library
         limit = 0.5 if spec is not None and spec.precision == "bf16" else 1e-3
         if err > limit:
             raise SystemExit(f"{name}: meta-gradient differs from the baseline ({err:.2e})")
 
+
+def baseline_flops(bench: Bench) -> int:
+    """The useful work of one meta-step: the FLOPs of the baseline's, counted once."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
-        baseline_grads(module, tasks, args.inner_lr, args.inner_steps)
-    flops = counter.get_total_flops()
+        baseline_grads(bench.module, bench.tasks, bench.args.inner_lr, bench.args.inner_steps)
+    return counter.get_total_flops()
 
-    rss = {name: peak_rss_in_child(name) for name in variants}
+
+def interleaved_times(variants: dict[str, Callable[[], None]], args: argparse.Namespace,
+                      clock: Callable[[], float]) -> dict[str, list[float]]:
+    """Each row's step durations: one warm-up round, then ``--reps`` rounds that run every
+    row in turn (with ``--malloc shipped`` the baselines in a child process)."""
     timed = {name: timer(fn, clock) for name, fn in variants.items()}
     if args.malloc == "shipped":
         timed.update({name: baseline_in_child(name) for name in BASELINES})
@@ -487,12 +545,14 @@ def main() -> None:
     for _ in range(args.reps):
         for name, run in timed.items():
             times[name].append(run())
+    return times
 
+
+def print_table(args: argparse.Namespace, times: dict[str, list[float]], rss: dict[str, float],
+                flops: int) -> None:
+    """The header line and one row per variant (median seconds, tasks/s, peak RSS, GFLOP/s,
+    speed-up over the baseline), each with its JSON line."""
     base = statistics.median(times[BASELINE])
-    first = next(iter(specs))  # the variant whose convolutions are replayed
-    conv_s = convolution_seconds(fg_step(first), clock)
-    peaks = {str(dt).removeprefix("torch."): matmul_gflop_per_s(dt, clock)
-             for dt in (torch.float32, torch.bfloat16)}
     print(f"\nmalloc {args.malloc}; conv4-{args.variant} {args.ways}-way {args.shots}-shot "
           f"{args.queries} query, "
           f"meta-batch {args.meta_batch}, {args.inner_steps} second-order inner step(s); "
@@ -508,24 +568,64 @@ def main() -> None:
         print(f"{name:34s} {med:8.3f} {row['tasks_per_s']:8.1f} {rss[name]:12.2f} "
               f"{row['gflop_per_s']:8.1f} {row['speedup_vs_baseline']:8.2f}x")
         print(json.dumps(row))
-    print("the CPU's matmul rate at these threads (2048-square): " + ", ".join(
-        f"{dt} {rate:.0f} GFLOP/s" for dt, rate in peaks.items()))
-    print(json.dumps({"matmul_gflop_per_s": peaks}))
-    print_split(base, statistics.median(times[REWRITTEN]),
-                {name: statistics.median(times[f"funcgraph {name}"]) for name in specs})
-    if conv_s > 0:  # the threads strategy runs its convolutions where the replay cannot see
+
+
+def print_convolution_bound(first: str, conv_s: float, base: float) -> None:
+    """How fast variant ``first``'s step would be with nothing but its convolutions
+    (``conv_s`` seconds), against the baseline's median ``base``; nothing when the replay saw
+    none (the threads strategy runs its convolutions where the replay cannot see)."""
+    if conv_s > 0:
         print(f"convolutions of one 'funcgraph {first}' step, replayed alone: {conv_s:.3f} s: "
               f"with no other work the step would be {base / conv_s:.2f}x the baseline")
         print(json.dumps({"convolution_s_per_step": conv_s, "of": f"funcgraph {first}",
                           "speedup_bound_vs_baseline": base / conv_s}))
+
+
+def print_breakdown(step: Callable[[], None], first: str, top: int) -> None:
+    """The ``top`` operators that take longest in one ``step`` of variant ``first``."""
+    by_op = seconds_by_op(step)
+    total = sum(by_op.values())
+    print(f"\noperators of one 'funcgraph {first}' step (timed around each kernel; "
+          f"{total:.3f} s in all)")
+    for op, sec in sorted(by_op.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{sec:8.3f} s {100 * sec / total:5.1f}%  {op}")
+    print(json.dumps({"seconds_by_op": by_op, "of": f"funcgraph {first}"}))
+
+
+def main() -> None:
+    """Check every row's meta-gradient against the baseline's, then time the rows
+    interleaved and print the table, the CPU's matmul rate, the speed-up splits, the
+    convolutions' bound and (``--breakdown``) the slowest operators."""
+    args = parse_args()
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    set_allocator(args)
+    bench = Bench.build(args)
+    if args.serve_baseline is not None:  # a child of --malloc shipped: one step per request
+        serve_baseline(bench, args.serve_baseline, clock)
+        return
+    variants = bench.steps()
+    if args.peak_of is not None:  # the child process measuring one variant's peak RSS
+        print_peak_rss(variants[args.peak_of])
+        return
+
+    check_meta_gradients(bench)
+    flops = baseline_flops(bench)
+    rss = {name: peak_rss_in_child(name) for name in variants}
+    times = interleaved_times(variants, args, clock)
+    base = statistics.median(times[BASELINE])
+    first = next(iter(bench.specs))  # the variant whose convolutions are replayed
+    conv_s = convolution_seconds(bench.fg_step(first), clock)
+    peaks = {str(dt).removeprefix("torch."): matmul_gflop_per_s(dt, clock)
+             for dt in (torch.float32, torch.bfloat16)}
+    print_table(args, times, rss, flops)
+    print("the CPU's matmul rate at these threads (2048-square): " + ", ".join(
+        f"{dt} {rate:.0f} GFLOP/s" for dt, rate in peaks.items()))
+    print(json.dumps({"matmul_gflop_per_s": peaks}))
+    print_split(base, statistics.median(times[REWRITTEN]),
+                {name: statistics.median(times[f"funcgraph {name}"]) for name in bench.specs})
+    print_convolution_bound(first, conv_s, base)
     if args.breakdown:
-        by_op = seconds_by_op(fg_step(first))
-        total = sum(by_op.values())
-        print(f"\noperators of one 'funcgraph {first}' step (timed around each kernel; "
-              f"{total:.3f} s in all)")
-        for op, sec in sorted(by_op.items(), key=lambda kv: -kv[1])[:args.breakdown]:
-            print(f"{sec:8.3f} s {100 * sec / total:5.1f}%  {op}")
-        print(json.dumps({"seconds_by_op": by_op, "of": f"funcgraph {first}"}))
+        print_breakdown(bench.fg_step(first), first, args.breakdown)
 
 
 if __name__ == "__main__":
