@@ -46,6 +46,7 @@ Example (15 queries per class, the MAML evaluation protocol; prints a table and 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import statistics
@@ -505,9 +506,9 @@ def check_meta_gradients(bench: Bench) -> None:
     agreement): each row's against the baseline's, a JSON line each; exit on a mismatch."""
     want = bench.reference_grads(BASELINE)
     others: dict[str, Callable[[], Params]] = {
-        **{name: (lambda n=name: bench.reference_grads(n))
+        **{name: functools.partial(bench.reference_grads, name)
            for name in bench.references if name != BASELINE},
-        **{f"funcgraph {name}": (lambda n=name: bench.fg_grads(n)) for name in bench.specs}}
+        **{f"funcgraph {name}": functools.partial(bench.fg_grads, name) for name in bench.specs}}
     for name, grads_of in others.items():
         got = grads_of()
         # Relative to the whole gradient: conv biases before batch norm have ~0 gradient, so
