@@ -6,7 +6,7 @@ outside the repository is named and nothing cached before counts. Prints one JSO
 the wall and CPU seconds of the generation (this process's CPU time; Python start-up and
 ``import funcgraph`` are not included, they are on the line as ``import_s``).
 
-    OMP_NUM_THREADS=1 python benchmarks/glyph_generation.py --record
+    OMP_NUM_THREADS=1 python benchmarks/glyphs.py --record
 """
 
 from __future__ import annotations
