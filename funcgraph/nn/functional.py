@@ -42,10 +42,9 @@ def max_pool(x: Tensor, kernel_size: int | tuple[int, int],
     maximum takes its gradient), faster on CPU inside ``torch.func`` transforms.
 
     Inside ``vmap`` and ``grad`` a 4-D activation is laid out NCHW (channels-last cannot be
-    asked for there), where torch's CPU max-pool searching each window is several times
-    slower than on a channels-last layout: on a vmapped convolution's output (16 tasks of 10
-    images, 64 channels, 28x28, one thread) 34.8 ms against 16.2 ms here
-    (``benchmarks/max_pool.py``, ``results/max_pool.jsonl``). So the windows' maxima are
+    asked for there), where torch's CPU max-pool searches each window more slowly than on a
+    channels-last layout (the measured figures: ``benchmarks/max_pool.py``'s record,
+    ``results/max_pool.jsonl``, on the benchmarks results page). So the windows' maxima are
     found on a channels-last copy, outside autograd, and the result is a ``gather`` of ``x``
     at those indices, whose gradient (and the gradient of that, for second-order MAML) is
     torch's own. Elsewhere (outside transforms, on a GPU, or while ``torch.compile`` traces:
