@@ -18,7 +18,7 @@ import functools
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -268,17 +268,31 @@ C = TypeVar("C")
 
 
 def resumed_config(recorded: C, named: frozenset[str], values: dict[str, Any],
-                   fields: dict[str, tuple[str, ...]] | None = None) -> C:
+                   fields: dict[str, tuple[str, ...]] | None = None,
+                   unrecorded: Collection[str] = ()) -> C:
     """The config a ``--resume`` continues with: ``recorded`` (the run's own, a frozen
     dataclass), with the fields of the options the user named taken from ``values`` (config
     field -> the value the options give). An option sets the field of its own name, or the
-    fields ``fields[option]`` lists (``--episodes`` sets ``test_episodes``); options that set
-    no field (``--device``, ``--threads``) change nothing. An option left out keeps the run's
+    fields ``fields[option]`` lists (``--episodes`` sets ``test_episodes``); the options in
+    ``unrecorded`` (``--device``, ``--out``) set none. An option left out keeps the run's
     value, never the command's default; the run directory then compares the result with the
-    run's config and refuses a change it does not allow, naming only the options given."""
+    run's config and refuses a change it does not allow, naming only the options given.
+
+    Raises:
+        TypeError: a named option neither in ``unrecorded`` nor giving a value for each of its
+            fields: a command that would drop it silently (a bug, never the user's).
+    """
     from dataclasses import replace
 
-    taken = {f: values[f] for n in named for f in (fields or {}).get(n, (n,)) if f in values}
+    taken: dict[str, Any] = {}
+    for name in sorted(named):
+        if name in unrecorded:
+            continue
+        for f in (fields or {}).get(name, (name,)):
+            if f not in values:
+                raise TypeError(f"resumed_config: option {name!r} sets field {f!r}, which the "
+                                "command gives no value for; map it or list it as unrecorded")
+            taken[f] = values[f]
     return replace(recorded, **taken)  # type: ignore[type-var]
 
 

@@ -8,14 +8,13 @@ from typing import Annotated
 import typer
 
 from .common import (
+    DEVICES_PANEL,
     CheckpointOption,
     DeviceOption,
     ImportOption,
     PrecisionOption,
-    ThreadsOption,
     console,
     import_plugins,
-    use_threads,
     user_errors,
 )
 
@@ -45,7 +44,10 @@ def evaluate(
     checkpoint: CheckpointOption = "best",
     device: DeviceOption = "auto",
     precision: PrecisionOption = None,
-    threads: ThreadsOption = 0,
+    threads: Annotated[int | None, typer.Option(
+        min=0, max=4096, rich_help_panel=DEVICES_PANEL,
+        help="CPU threads for torch (default: the run's recorded count, so its test line "
+             "comes back bit for bit; 0: torch's default).")] = None,
     import_: ImportOption = None,
     seed: Annotated[int | None, typer.Option(
         rich_help_panel=EVALUATION_PANEL,
@@ -66,20 +68,21 @@ def evaluate(
 
     from ..runs import evaluate_run
 
-    use_threads(threads)
     import_plugins(import_)
     if checkpoint not in ("best", "last"):
         raise typer.BadParameter(f"expected best or last, got {checkpoint!r}",
                                  param_hint="--checkpoint")
     scored = evaluate_run(run_dir, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
                           inner_steps_eval=inner_steps_eval, bn_running_stats=bn_running_stats,
-                          device=device, seed=seed,
+                          device=device, seed=seed, threads=threads,
                           precision=None if precision is None else precision.value)
     tag = scored.checkpoint
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
     lines = [f"{scored.run.path} ({tag} checkpoint{fallback}): {scored.result}"]
     if scored.recorded is not None:
         lines.append(f"the run's own {scored.recorded}")
+    if scored.note is not None:
+        lines.append(scored.note)
     if scored.other_tasks:
         lines.append(f"{', '.join(scored.other_tasks)} drew other tasks than the run's test; "
                      "leave them out to score the run's own")

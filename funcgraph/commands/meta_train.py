@@ -33,6 +33,7 @@ from .common import (
     run_dir,
     show_plan,
     start_run,
+    use_threads,
     user_errors,
 )
 
@@ -59,6 +60,29 @@ class StrategyChoice(StrEnum):
     loop = "loop"
     threads = "threads"
     vmap = "vmap"
+
+
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "episodes": ("test_episodes",), "setting": ("settings",), "compile_": ("compile",),
+    "model": ("model",), "set_": ("model",)}
+"""Options whose config fields have other names (the others set the field of their own
+name); a ``--resume`` takes the fields of the options named beside it."""
+
+NOT_IN_CONFIG: dict[str, str] = {
+    "device": "where the run runs; each checkpoint records the device type, and a strategy "
+              "chosen for another type is chosen again",
+    "place": "where each param lives (a placement plan); the values are the same",
+    "dry_run": "writes nothing: no run to record",
+    "tensorboard": "another copy of metrics.jsonl's numbers",
+    "out": "the run directory itself",
+    "resume": "continues the run in --out; nothing of its own to record",
+    "nproc": "the data-parallel world size, recorded in each checkpoint",
+    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
+    "dist_timeout": "how long a rank waits for the others; no result depends on it",
+    "import_": "the run directory records the modules as config.json's imports and a resume "
+               "imports them again (funcgraph.plugins)",
+}
+"""Options that set no config field, each with why its value needs no record."""
 
 
 @user_errors
@@ -184,10 +208,11 @@ def meta_train(
         help="Bound the meta-step's estimated peak (2GiB, 800MiB): vmap maps fewer tasks "
              "at a time; scoring runs one task at a time where several would not fit.")
     ] = None,
-    compile_: Annotated[bool, typer.Option(
-        "--compile", rich_help_panel=ALGORITHM_PANEL,
+    compile_: Annotated[bool | None, typer.Option(
+        "--compile/--no-compile", rich_help_panel=ALGORITHM_PANEL,
         help="Compile the whole meta-gradient with torch.compile (first step: about a "
-             "minute on a CPU; docs/meta-learning.md).")] = False,
+             "minute on a CPU; docs/meta-learning.md).")
+    ] = None,
     validate_every: Annotated[int | None, typer.Option(
         rich_help_panel=EVAL_PANEL,
         min=0, max=10**7, help="Validate every N steps (0: never).")] = None,
@@ -224,8 +249,8 @@ def meta_train(
 ) -> None:
     """Meta-train on N-way K-shot tasks, validate, checkpoint, and report held-out accuracy.
 
-    --resume --out RUN continues the run with its recorded options; an option named beside
-    them must match the run's (--steps may grow).
+    --resume --out RUN continues the run as recorded; --steps, --threads and --compile
+    may change (docs/runs.md).
 
     Example: funcgraph meta-train --tasks 5way1shot
     """
@@ -259,7 +284,7 @@ def meta_train(
         rotate=rotate,
         strategy=strategy.value, precision=None if precision is None else precision.value,
         max_memory=None if max_memory is None else parse_bytes("--max-memory", max_memory),
-        compile=compile_ or None,
+        compile=compile_, threads=threads,
         validate_every=validate_every, val_episodes=val_episodes,
         test_episodes=episodes,
         seed=seed,
@@ -271,8 +296,9 @@ def meta_train(
         cfg = default_config(algo, dataset, **options)
     else:  # the run's own options, and those named here (the run directory checks them)
         cfg = resumed_config(MetaTrainConfig.from_json(recorded), named,
-                             {"algo": algo, "dataset": dataset, **options},
-                             {"episodes": ("test_episodes",), "setting": ("settings",)})
+                             {"algo": algo, "dataset": dataset, **options}, OPTION_FIELDS,
+                             {*NOT_IN_CONFIG, "model", "set_"})  # the model: below
+        use_threads(cfg.threads)  # the run's count, before its data is built
     overrides = parse_overrides(set_ or [])
     # A run with --nproc re-runs this command under torchrun before any data is built.
     env = None if dry_run else distributed_env(nproc, backend, dist_timeout, device, out)

@@ -25,6 +25,7 @@ from .common import (
     ThreadsOption,
     console,
     distributed_env,
+    named_options,
     run_dir,
     show_plan,
     start_run,
@@ -56,8 +57,36 @@ class Select(StrEnum):
     perturbation = "perturbation"
 
 
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "order": ("bilevel.order",), "hypergradient": ("bilevel.hypergradient",),
+    "model": ("C", "layers", "nodes", "multiplier", "stem_multiplier", "arch_init_scale"),
+    "channels": ("C",), "dataset": ("data",), "classes": ("data",), "image_size": ("data",),
+    "space": ("primitives",)}
+"""Options whose ``config.json`` keys have other names (``bilevel.order``: a key of the
+nested ``bilevel`` entry); the others set the key of their own name. A ``--resume`` rebuilds
+the config from the options and the run directory refuses one that differs (``--steps``,
+``--epochs`` and ``--threads`` may change)."""
+
+NOT_IN_CONFIG: dict[str, str] = {
+    "data_root": "the folder a dataset is read from; the data's name (dataset, classes, image "
+                 "size) is recorded",
+    "device": "where the run runs; each checkpoint records the config it ran",
+    "dry_run": "writes nothing: no run to record",
+    "tensorboard": "another copy of metrics.jsonl's numbers",
+    "import_": "the run directory records the modules as config.json's imports and a resume "
+               "imports them again (funcgraph.plugins)",
+    "out": "the run directory itself",
+    "resume": "continues the run in --out; nothing of its own to record",
+    "nproc": "the data-parallel world size, recorded in each checkpoint",
+    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
+    "dist_timeout": "how long a rank waits for the others; no result depends on it",
+}
+"""Options that set no ``config.json`` key, each with why its value needs no record."""
+
+
 @user_errors
 def search(
+    ctx: typer.Context,
     epochs: Annotated[int, typer.Option(rich_help_panel=SEARCH_PANEL, min=1, max=10_000,
                                                  help="Search epochs over the train half.")] = 10,
     steps: Annotated[int | None, typer.Option(
@@ -167,6 +196,9 @@ def search(
     Example: funcgraph search --model examples/configs/darts_search.toml --out runs/three-nodes
     Example: funcgraph search --dataset rgb-shapes --seed 1 --out runs/darts-rgb
 
+    --resume --out RUN continues the run with its thread count unless --threads is named
+    (--steps, --epochs and --threads may change; the other options must match the run's).
+
     Then: funcgraph train --genotype runs/darts/genotype.json
     """
     from .. import distributed, random
@@ -176,8 +208,9 @@ def search(
     from ..runs import class_halves, run_search
     from ..runs.search_plan import network_fields, plan_search
 
-    start_run(threads=threads, imports=import_, tensorboard=tensorboard, resume=resume,
-              out=out)
+    named = named_options(ctx)
+    start_run(threads=threads if not resume or "threads" in named else 0, imports=import_,
+              tensorboard=tensorboard, resume=resume, out=out)
 
     bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
     cfg = SearchConfig(**network_fields(model, channels=channels, layers=layers),
@@ -208,7 +241,8 @@ def search(
                       f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)
     with distributed.joined(env):
         result = run_search(out, data, cfg, resume=resume, device=dev, env=env,
-                            tensorboard=tensorboard)
+                            tensorboard=tensorboard,  # a resume keeps the run's count
+                            threads=0 if resume and "threads" not in named else threads)
     if not env.is_main:
         return
     g = result.genotype

@@ -30,10 +30,32 @@ from .common import (
     run_dir,
     show_plan,
     start_run,
+    use_threads,
     user_errors,
 )
 
 TRAINING_PANEL = "Training"
+
+_NETWORK = ("model", "data", "loss")  # --model, --genotype, --set: compared whole
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": _NETWORK, "genotype": _NETWORK, "set_": _NETWORK}
+"""Options whose config fields have other names (the others set the field of their own
+name); a ``--resume`` takes the fields of the options named beside it."""
+
+NOT_IN_CONFIG: dict[str, str] = {
+    "device": "where the run runs; each checkpoint records the device type",
+    "place": "where each param lives (a placement plan); the values are the same",
+    "dry_run": "writes nothing: no run to record",
+    "tensorboard": "another copy of metrics.jsonl's numbers",
+    "import_": "the run directory records the modules as config.json's imports and a resume "
+               "imports them again (funcgraph.plugins)",
+    "out": "the run directory itself",
+    "resume": "continues the run in --out; nothing of its own to record",
+    "nproc": "the data-parallel world size, recorded in each checkpoint",
+    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
+    "dist_timeout": "how long a rank waits for the others; no result depends on it",
+}
+"""Options that set no config field, each with why its value needs no record."""
 
 
 @user_errors
@@ -81,8 +103,9 @@ def train(
 ) -> None:
     """Train a classifier, validate it, checkpoint, and print the final validation accuracy.
 
-    --resume --out RUN continues the run with its recorded options; an option named beside
-    them must match the run's (--steps may grow).
+    --resume --out RUN continues the run with its recorded options and thread count;
+    --steps may grow and --threads change, any other option named beside them must match
+    the run's.
 
     Example: funcgraph train --model resnet-sd --set depth=20 --steps 300
     """
@@ -101,11 +124,12 @@ def train(
     cfg = train_config(model, genotype=str(genotype) if genotype else None,
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
                        lr=lr, seed=seed, validate_every=validate_every,
-                       precision="float32" if precision is None else precision.value)
+                       precision="float32" if precision is None else precision.value,
+                       threads=threads)
     if recorded is not None:  # the run's own options, and those named here (checked)
-        network = ("model", "data", "loss")  # --model, --genotype, --set: compared whole
         cfg = resumed_config(TrainConfig.from_json(recorded), named_options(ctx), asdict(cfg),
-                             {"model": network, "genotype": network, "set_": network})
+                             OPTION_FIELDS, NOT_IN_CONFIG)
+        use_threads(cfg.threads)  # the run's count, before its data is built
     if dry_run:
         plan = plan_fit(cfg, resolve_device(device), place=place)
         show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",

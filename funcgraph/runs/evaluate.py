@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointError, ConfigError
 from ..meta import EvalResult, evaluate
-from ..placement import resolve_device
+from ..placement import cpu_threads, resolve_device
 from ..plugins import import_recorded
 from ..precision import resolve_precision
 from ..train import Run
@@ -61,6 +61,9 @@ class RunEvaluation:
     result: EvalResult
     recorded: RecordedTest | None
     other_tasks: tuple[str, ...]
+    note: str | None = None
+    """Why the figure may differ from the run's own line where it cannot be bit for bit (a
+    run from before its scoring strategy was recorded, scored under ``--max-memory``)."""
 
 
 def evaluate_run(
@@ -74,6 +77,7 @@ def evaluate_run(
     device: str = "cpu",
     seed: int | None = None,
     precision: str | None = None,
+    threads: int | None = None,
 ) -> RunEvaluation:
     """Score the run in ``run_dir`` on held-out tasks: by default the run's own test tasks.
 
@@ -90,6 +94,14 @@ def evaluate_run(
             statistics instead of the query batch's own); neither changes what was trained.
         precision: ``float32``, ``bf16`` or ``auto``, overriding the precision the run
             trained in.
+        threads: CPU threads for torch (default: the count the run recorded, so its figure
+            comes back bit for bit; 0: the process's).
+
+    The tasks are scored with the strategy the run recorded (``score_strategy``: under
+    ``--max-memory`` the run chose it from the memory it held then), so the figure rounds as
+    the run's did; another task spec chooses again for its size. A run that predates the
+    record is scored with a strategy chosen now, and under ``--max-memory``
+    :attr:`RunEvaluation.note` says that the figure may differ from the run's.
 
     Raises:
         ConfigError: an override the run cannot take (inner steps of a ProtoNet run, a task
@@ -99,13 +111,30 @@ def evaluate_run(
     run = Run.open(run_dir)
     import_recorded(run.config, run_dir)
     cfg = MetaTrainConfig.from_json(run.config)
+    with cpu_threads(cfg.threads if threads is None else threads):
+        return _evaluate_run(run, cfg, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
+                             inner_steps_eval=inner_steps_eval,
+                             bn_running_stats=bn_running_stats, device=device, seed=seed,
+                             precision=precision)
+
+
+def _evaluate_run(run: Run, cfg: MetaTrainConfig, *, tasks: str | None, episodes: int | None,
+                  checkpoint: str, inner_steps_eval: int | None,
+                  bn_running_stats: bool | None, device: str, seed: int | None,
+                  precision: str | None) -> RunEvaluation:
+    """:func:`evaluate_run` of ``run`` (its config ``cfg``) at its thread count."""
     own: dict[str, Any] = {"--seed": cfg.seed, "--episodes": cfg.test_episodes,
                            "--tasks": cfg.tasks}
     asked = {"--seed": seed, "--episodes": episodes, "--tasks": tasks}
     other_tasks = tuple(n for n, v in asked.items() if v is not None and v != own[n])
     changes: dict[str, Any] = {}
-    if tasks is not None:
-        changes["tasks"] = tasks
+    note = None
+    if tasks is not None and tasks != cfg.tasks:  # tasks of another size: chosen for them
+        changes.update(tasks=tasks, score_strategy=None)
+    elif cfg.score_strategy is None and cfg.max_memory is not None:
+        note = ("the run recorded no scoring strategy (it predates the record): this one was "
+                "chosen under --max-memory from the memory this process holds, and may round "
+                "otherwise than the run's test")
     if inner_steps_eval is not None:
         if cfg.algo == "protonet":
             raise ConfigError("--inner-steps-eval: a protonet run adapts by class prototypes, "
@@ -143,7 +172,7 @@ def evaluate_run(
                             EvalResult.from_record(metric, tests[-1])) if tests else None
     run.log({"kind": "evaluate", "step": cfg.steps, "checkpoint": tag, "tasks": cfg.tasks,
              **result.as_record()})
-    return RunEvaluation(run, tag, result, recorded, other_tasks)
+    return RunEvaluation(run, tag, result, recorded, other_tasks, note)
 
 
 __all__ = ["RecordedTest", "RunEvaluation", "evaluate_run"]

@@ -188,7 +188,13 @@ def eval_strategy(cfg: MetaTrainConfig, sources: TaskSources, device: torch.devi
     taken. A task's bytes are those ``learner``'s evaluation allocates in all
     (:func:`~funcgraph.runs.memory.allocated_bytes`), an upper bound of its peak, so the bound
     errs towards the loop.
+
+    A config that records its scoring strategy (``cfg.score_strategy``, the run's own choice)
+    scores with it: a resumed run and ``funcgraph evaluate`` round as the run did, whatever
+    memory the process holds now.
     """
+    if cfg.score_strategy is not None:
+        return cfg.score_strategy
     strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
                                 examples_per_task=task_size(sources.val))
     if cfg.max_memory is None:
@@ -250,14 +256,17 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
     if cfg.bn_running_stats:
         running_stats_twin(cfg)  # refuse another model before anything is written
     # Every strategy but vmap holds one task graph per worker thread; "measure" may pick vmap.
-    strategy = "vmap" if cfg.strategy == "measure" else resolve_strategy(
-        cfg.strategy, device, examples_per_task=task_size(sources.train))
+    strategy = cfg.step_strategy or ("vmap" if cfg.strategy == "measure" else resolve_strategy(
+        cfg.strategy, device, examples_per_task=task_size(sources.train)))
     live = tasks_at_once(strategy, device, cfg.meta_batch)
     state_bytes = 4 * nbytes(meta_params)
     data_bytes = cfg.meta_batch * task_bytes(sources.train)
     resident = resident_bytes() if device.type == "cpu" else 0
     chunk = None
-    if cfg.max_memory is not None:
+    if cfg.chunk_size is not None:  # the run's own record: the same chunks as before
+        chunk = cfg.chunk_size
+        live = min(live, chunk) if strategy == "vmap" else live
+    elif cfg.max_memory is not None:
         fits = bounded_tasks(cfg.max_memory, strategy, live, resident + state_bytes + data_bytes,
                              per_task)
         if strategy == "vmap" and fits < live:
@@ -270,10 +279,11 @@ def plan_meta_train(cfg: MetaTrainConfig, sources: TaskSources, device: torch.de
                             "state")
     check_memory(memory, "lower --meta-batch, or use --strategy loop or --remat")
     note = None
-    if cfg.strategy == "auto":
+    if cfg.strategy == "auto" and cfg.step_strategy is None:
         note = auto_memory_note(strategy, memory.needed, state_bytes + data_bytes + per_task,
                                 resident)
-    return MetaTrainPlan(cfg, learner, meta_params, memory, note, chunk)
+    return MetaTrainPlan(replace(cfg, chunk_size=chunk), learner, meta_params, memory, note,
+                         chunk)
 
 
 def bounded_tasks(max_memory: int, strategy: str, live: int, fixed: int, per_task: int) -> int:

@@ -11,7 +11,7 @@ them, then the dataset's defaults, then the options the user set.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..checks import check_choice, check_int, check_number, check_rate, option
@@ -25,7 +25,7 @@ from ..meta.registry import (
     algorithm_type,
 )
 from ..meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
-from ..meta.strategy import CHOICES
+from ..meta.strategy import CHOICES, STRATEGIES
 from ..precision import CHOICES as PRECISION_CHOICES
 
 META_OPTIMIZERS = ("adam", "sgd")
@@ -83,6 +83,20 @@ class MetaTrainConfig:
     at a time to stay under it (:func:`~funcgraph.runs.meta_plan.plan_meta_train`)."""
     precision: str = "float32"
     compile: bool = False
+    """The user's request (``--compile``): compile the whole meta-step."""
+    threads: int = 0
+    """CPU threads for torch (``--threads``; 0: the process's count). The run records the count
+    it ran with, and ``--resume`` sets it again: the rounding of a step depends on it."""
+    step_strategy: str | None = None
+    """The strategy the meta-step takes (loop, threads or vmap); ``None``: ``strategy``
+    resolved at the start. The run records what it took; a resume takes it again."""
+    score_strategy: str | None = None
+    """The strategy validation and the test score with; ``None``: resolved at the start (under
+    ``--max-memory`` from the memory the process holds then). Recorded like
+    ``step_strategy``; ``funcgraph evaluate`` scores with it."""
+    chunk_size: int | None = None
+    """Tasks vmap maps at a time as ``--max-memory`` left room for (``None``: the device's
+    default); recorded by the run, so a resume maps the same chunks."""
     seed: int = 0
     validate_every: int = 250
     val_episodes: int = 200
@@ -97,9 +111,19 @@ class MetaTrainConfig:
         algorithm_type(self.algo)
         check_choice(_WHO, "--strategy", self.strategy, CHOICES)
         check_choice(_WHO, "--precision", self.precision, PRECISION_CHOICES)
-        if self.compile and self.strategy == "threads":
+        for name in ("step_strategy", "score_strategy"):
+            if getattr(self, name) is not None:
+                check_choice(_WHO, name, getattr(self, name), STRATEGIES)
+        if self.step_strategy is not None and self.strategy in STRATEGIES and (
+                self.step_strategy != self.strategy):
+            raise ConfigError(f"--strategy {self.strategy}: the run's meta-step took "
+                              f"{self.step_strategy}; a strategy cannot change mid-run")
+        if self.compile and "threads" in (self.strategy, self.step_strategy):
             raise ConfigError("--compile runs tasks in a loop or vmapped (Dynamo compiles from "
                               "one thread): use --strategy loop, vmap, auto or measure")
+        check_int(_WHO, "--threads", self.threads, minimum=0)
+        if self.chunk_size is not None:
+            check_int(_WHO, "chunk_size", self.chunk_size, minimum=1)
         for name in ("meta_batch", "steps", "test_episodes", "val_episodes", "checkpoint_every"):
             check_int(_WHO, option(name), getattr(self, name), minimum=1)
         for name in ("inner_steps", "inner_steps_eval", "validate_every", "first_order_until"):
@@ -205,6 +229,35 @@ class MetaTrainConfig:
 _CONFIG_FIELDS = frozenset(MetaTrainConfig.__dataclass_fields__)
 _FIELD_NAMES = _CONFIG_FIELDS - {"settings", "model"}
 
+RECORDED_BY_THE_RUN = ("threads", "step_strategy", "score_strategy", "chunk_size")
+"""Fields a run fills in when it starts (a count of 0, a ``None``: the run resolves them) and
+records in its ``config.json``; a resume left to choose takes the recorded ones
+(:func:`as_recorded`)."""
+
+MAY_CHANGE_ON_RESUME = ("steps", "threads", "compile", "max_memory", "chunk_size",
+                        "score_strategy")
+"""Fields a ``--resume`` may change: more steps, another thread count, compiling or not, and
+another memory bound (with the chunk and scoring strategy it leaves room for). Each moves
+rounding or speed, not what is computed; the run's ``metrics.jsonl`` records the change. Any
+other field that differs is refused in one line: it would change the results mid-run."""
+
+
+def as_recorded(cfg: MetaTrainConfig, recorded: Mapping[str, Any]) -> MetaTrainConfig:
+    """``cfg`` with the fields of :data:`RECORDED_BY_THE_RUN` that it leaves to the run taken
+    from ``recorded`` (the ``config.json`` of the run a resume continues): its thread count
+    and strategies. The chunk and scoring strategy are taken only under the same
+    ``max_memory`` (another bound resolves them again)."""
+    same_bound = recorded.get("max_memory") == cfg.max_memory
+    taken: dict[str, Any] = {}
+    for name in RECORDED_BY_THE_RUN:
+        mine, theirs = getattr(cfg, name), recorded.get(name)
+        if name in ("chunk_size", "score_strategy") and not same_bound:
+            if mine is not None and mine == theirs:  # the old bound's: resolved again
+                taken[name] = None
+        elif not mine and theirs is not None:
+            taken[name] = theirs
+    return replace(cfg, **taken) if taken else cfg
+
 
 def algorithm_settings(cfg: MetaTrainConfig) -> Settings:
     """The typed settings of ``cfg.algo`` from ``cfg``: each setting the config holds (under
@@ -283,6 +336,6 @@ def default_config(algo: str | None = None, dataset: str = "glyphs", **given: An
     return MetaTrainConfig(algo=algo, dataset=dataset, **values)
 
 
-__all__ = ["CONFIG_NAMES", "FLAGS", "KIND_DEFAULTS", "META_OPTIMIZERS", "MetaTrainConfig",
-           "algorithm_defaults", "algorithm_settings", "default_algo", "default_config",
-           "task_info"]
+__all__ = ["CONFIG_NAMES", "FLAGS", "KIND_DEFAULTS", "MAY_CHANGE_ON_RESUME", "META_OPTIMIZERS",
+           "RECORDED_BY_THE_RUN", "MetaTrainConfig", "algorithm_defaults", "algorithm_settings",
+           "as_recorded", "default_algo", "default_config", "task_info"]

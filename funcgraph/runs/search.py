@@ -43,6 +43,7 @@ from ..nas import (
 )
 from ..params import Params, partition
 from ..params import to as params_to
+from ..placement import cpu_threads
 from ..train import Groups, LoopConfig, Run, run_loop
 from ..train.ownership import CONFIG_FILE
 from .curves import write_curves
@@ -304,8 +305,13 @@ def run_search(
     extra_config: Mapping[str, Any] | None = None,
     env: distributed.DistEnv | None = None,
     tensorboard: bool = False,
+    threads: int = 0,
 ) -> SearchResult:
     """Search in run directory ``out`` (``resume=True`` continues the run there).
+
+    ``threads``: CPU threads for torch (0: the process's count). The run records the count it
+    ran with in ``config.json``, a resume given 0 takes the recorded one (the rounding of a
+    step depends on it), and another count may be given on resume.
 
     With a distributed ``env`` the ranks share every step (see :func:`make_search_step`); all
     ranks evaluate the epoch ends (identical params give identical decisions, so the collapse
@@ -313,6 +319,20 @@ def run_search(
     unrolled weight step would need the whole training batch on every rank. Selection by
     perturbation (``cfg.select``) runs on rank 0 alone, after the search; the other ranks'
     results carry DARTS' derivation."""
+    if resume and not threads and (Path(out) / CONFIG_FILE).is_file():
+        threads = int(Run.open(out).config.get("threads") or 0)
+    with cpu_threads(threads):
+        extra = {**(extra_config or {}), "threads": torch.get_num_threads()}
+        return _run_search(out, data, cfg, resume=resume, device=device,
+                           show_progress=show_progress, extra_config=extra, env=env,
+                           tensorboard=tensorboard)
+
+
+def _run_search(out: str | Path, data: SearchData, cfg: SearchConfig, *, resume: bool,
+                device: str | torch.device, show_progress: bool,
+                extra_config: Mapping[str, Any], env: distributed.DistEnv | None,
+                tensorboard: bool) -> SearchResult:
+    """:func:`run_search` at the run's thread count (``extra_config["threads"]``)."""
     env = env or distributed.DistEnv()
     if env.active and cfg.bilevel.order != "first":
         raise ConfigError("search: --order second runs in one process (the unrolled step "
@@ -320,8 +340,8 @@ def run_search(
     started = time.perf_counter()
     plan = plan_search(data, cfg, extra_config, device=device)
     config = _as_stored(plan.config, Path(out)) if resume else plan.config
-    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs"), env=env,
-                     tensorboard=tensorboard, added={"edge_order": "input"})
+    run = Run.create(out, config, resume=resume, may_change=("steps", "epochs", "threads"),
+                     env=env, tensorboard=tensorboard, added={"edge_order": "input"})
     try:
         data = replace(data, train_x=data.train_x.to(device), train_y=data.train_y.to(device),
                        val_x=data.val_x.to(device), val_y=data.val_y.to(device))

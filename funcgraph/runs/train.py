@@ -29,6 +29,7 @@ from ..precision import CHOICES as PRECISION_CHOICES
 from ..precision import chosen_precision
 from ..random import Key
 from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
+from ..train.ownership import CONFIG_FILE
 from ..train.supervised import (
     Batch,
     OutputLoss,
@@ -94,9 +95,13 @@ class TrainConfig:
     validate_every: int = 100
     checkpoint_every: int = 100
     precision: str = "float32"
+    threads: int = 0
+    """CPU threads for torch (``--threads``; 0: the process's count). The run records the count
+    it ran with and ``--resume`` sets it again: the rounding of a step depends on it."""
 
     def __post_init__(self) -> None:
         check_choice("train", "--precision", self.precision, PRECISION_CHOICES)
+        check_int("train", "--threads", self.threads, minimum=0)
         for name in ("steps", "batch_size", "checkpoint_every"):
             check_int("train", option(name), getattr(self, name), minimum=1)
         check_int("train", "--validate-every", self.validate_every, minimum=0)
@@ -126,6 +131,7 @@ def train_config(
     seed: int = 0,
     validate_every: int | None = None,
     precision: str = "float32",
+    threads: int = 0,
 ) -> TrainConfig:
     """The :class:`TrainConfig` for ``funcgraph train`` options.
 
@@ -138,6 +144,7 @@ def train_config(
         steps, batch_size, lr, validate_every: override the preset's.
         precision: the training step's compute, ``float32``, ``bf16`` or ``auto``
             (:mod:`funcgraph.precision`; resolved for the device when the run starts).
+        threads: CPU threads (0: the process's count, recorded when the run starts).
     """
     if genotype is not None and model != "resnet-sd":
         raise ConfigError(f"--genotype trains the genotype's network; it cannot be combined "
@@ -178,7 +185,7 @@ def train_config(
         batch_size=batch_size if batch_size is not None else int(base.get("batch_size", 32)),
         lr=lr if lr is not None else float(base.get("lr", 2e-3)), seed=seed,
         validate_every=validate_every if validate_every is not None else max(total // 4, 1),
-        checkpoint_every=max(total // 10, 1), precision=precision,
+        checkpoint_every=max(total // 10, 1), precision=precision, threads=threads,
     )
 
 
@@ -304,7 +311,25 @@ def fit(
     With a distributed ``env`` each rank trains on its slice of every batch, gradients and
     batch-norm running statistics are averaged over ranks, and rank 0 alone validates and
     writes (the logged training metrics are rank 0's slice). Batch norm normalises each slice
-    with its own statistics (no synchronised batch norm)."""
+    with its own statistics (no synchronised batch norm).
+
+    The run records the thread count it ran with (``cfg.threads``; 0 takes the process's) and
+    a resume that leaves it at 0 takes the recorded one; another count may be given on resume
+    (it moves rounding, not what is computed)."""
+    from ..placement import cpu_threads
+
+    if resume and not cfg.threads and (Path(out) / CONFIG_FILE).is_file():
+        cfg = replace(cfg, threads=int(Run.open(out).config.get("threads") or 0))
+    with cpu_threads(cfg.threads):
+        return _fit(replace(cfg, threads=torch.get_num_threads()), out, resume=resume,
+                    device=device, show_progress=show_progress, echo=echo, env=env,
+                    sync_every=sync_every, tensorboard=tensorboard, place=place)
+
+
+def _fit(cfg: TrainConfig, out: str | Path, *, resume: bool, device: str, show_progress: bool,
+         echo: Callable[[str], Any], env: distributed.DistEnv | None, sync_every: int,
+         tensorboard: bool, place: str | None) -> FitResult:
+    """:func:`fit` at the run's thread count."""
     from ..placement import resolve_device
 
     dev = resolve_device(device)
@@ -315,7 +340,7 @@ def fit(
     model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
     loss_fn, k_train = plan.loss_fn, plan.train_key
     env = env or distributed.DistEnv()
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps",), env=env,
+    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps", "threads"), env=env,
                      tensorboard=tensorboard,
                      added={"precision": "float32"})
     try:

@@ -19,12 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import ConfigError
 from ..files import atomic_write
 from ..train import Run
 from .meta_plan import model_config
 from .meta_train import meta_train
-from .meta_train_config import MetaTrainConfig, default_config
+from .meta_train_config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
 from .task_sources import sources_for
 from .tune_report import best_trial, command_line
 from .tune_space import SearchSpace
@@ -94,7 +96,8 @@ def _check_same_run(out: Path, cfg: MetaTrainConfig, overrides: dict[str, str]) 
     if not (out / "config.json").is_file():
         return
     stored = Run.open(out).config
-    want = {k: v for k, v in cfg.to_json().items() if k != "model"}
+    want = {k: v for k, v in cfg.to_json().items() if k != "model"
+            and not (k in RECORDED_BY_THE_RUN and not v)}  # left to the run, which records it
     differ = sorted(k for k, v in want.items() if stored.get(k, v) != v)
     model = stored.get("model", {})
     differ += sorted(f"model.{k}" for k, v in overrides.items() if str(model.get(k)) != v)
@@ -143,7 +146,8 @@ def confirm(study: Any, space: SearchSpace, study_dir: Path, dataset: str, *,
                                                 baseline_steps=baseline_steps,
                                                 episodes=episodes):
         out = study_dir / CONFIRM_DIR / f"{name}-{dataset}-s{cfg.seed}"
-        command = command_line(cfg, overrides)
+        command = command_line(cfg, overrides, device=device,
+                               threads=torch.get_num_threads())
         _check_same_run(out, cfg, overrides)
         done = _test_of(out)
         if done is None:

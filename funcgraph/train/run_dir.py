@@ -165,6 +165,17 @@ class Run:
             raise CheckpointError(f"{path} is not a run directory (no {CONFIG_FILE})")
         return cls(path, _read_config(cfg))
 
+    def record(self, values: Mapping[str, Any]) -> None:
+        """Add to ``config.json`` what the run resolved once it started (the strategy it took,
+        the thread count it ran with): ``values`` replace those keys, atomically; nothing is
+        written when the config holds them already."""
+        resolved = json.loads(json.dumps(dict(values)))
+        if all(self.config.get(k) == v and k in self.config for k, v in resolved.items()):
+            return
+        self.config.update(resolved)
+        atomic_write(self.path / CONFIG_FILE,
+                     json.dumps(self.config, indent=2, sort_keys=True).encode())
+
     @property
     def checkpoint_dir(self) -> Path:
         return self.path / "checkpoints"
