@@ -120,7 +120,7 @@ if TYPE_CHECKING:  # the same names for type checkers, which cannot read _EXPORT
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
 _HOME["BoundApply"] = "..model"
 
-_MODULES = (*_EXPORTS, "binding")
+_MODULES = (*_EXPORTS, "adapted", "binding")
 """The submodules the docs cite, reachable as ``funcgraph.meta.<name>`` (imported on first use)
 unless a function of that name stands there."""
 

@@ -43,6 +43,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
 from ..random import Key
+from .adapted import AdaptThenScore, Predict, predicting
 from .binding import ModelLike
 from .cg import conjugate_gradient, hessian_vector
 from .learner import (
@@ -191,14 +192,13 @@ def imaml(
         out = solve(meta_params, task)
         return {n: out.grads[n] for n in meta_params}, out.loss, out.metric
 
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        phi = proximal_adapt(apply, meta_params, task.support_x, task.support_y,
-                             loss=obj.loss, steps=eval_count, lr=lr, lam=lam_, key=task.key)
-        loss, metric = _query_score(apply, phi, task, obj)
-        return loss.detach(), metric
+    def eval_adapt(meta_params: Params, x: Tensor, y: Tensor, key: Key | None) -> Predict:
+        phi = proximal_adapt(apply, meta_params, x, y, loss=obj.loss, steps=eval_count, lr=lr,
+                             lam=lam_, key=key)
+        return predicting(apply, phi, key)
 
-    return MetaLearner(name, dict, task_grad, task_eval, obj, settings, uses_keys=uses_keys,
-                       model=model)
+    return MetaLearner(name, dict, task_grad, AdaptThenScore(eval_adapt, obj), obj, settings,
+                       uses_keys=uses_keys, model=model)
 
 
 def build_imaml(apply: BoundApply, settings: ImamlSettings, info: TaskInfo) -> MetaLearner:

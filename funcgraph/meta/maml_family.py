@@ -46,6 +46,7 @@ from ..model import BoundApply
 from ..params import Params, partition, select
 from ..random import Key
 from ..train import Optimizer
+from .adapted import AdaptThenScore, Predict, predicting
 from .binding import ModelLike
 from .learner import (
     LR_PREFIX,
@@ -338,12 +339,13 @@ def maml(
     task_grad = (remat_task_grad(apply, objective=obj, inner=train_inner)
                  if remat else task_grad_of(loss_fn))
 
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        loss, metric = task_loss(apply, meta_params, task, objective=obj, inner=eval_inner)
-        return loss.detach(), metric
+    def eval_adapt(meta_params: Params, x: Tensor, y: Tensor, key: Key | None) -> Predict:
+        params, lrs = _split_rates(meta_params)
+        fast = adapt(apply, params, x, y, loss=obj.loss, inner=eval_inner, lrs=lrs, key=key)
+        return predicting(apply, fast, key)
 
-    return MetaLearner(name or default, init, task_grad, task_eval, obj, settings,
-                       uses_keys=uses_keys, model=model)
+    return MetaLearner(name or default, init, task_grad, AdaptThenScore(eval_adapt, obj),
+                       obj, settings, uses_keys=uses_keys, model=model)
 
 
 def fomaml(apply: ModelLike, **kw: object) -> MetaLearner:

@@ -65,6 +65,7 @@ from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params, select
 from ..random import Key
+from .adapted import AdaptThenScore, Predict, predicting
 from .binding import ModelLike
 from .learner import (
     STEP_BN_PREFIX,
@@ -186,6 +187,25 @@ def mamlpp_loss(
     return torch.stack([*terms, weights[-1] * loss]).sum(), metric
 
 
+def mamlpp_adapt(apply: BoundApply, meta_params: Params, x: Tensor, y: Tensor,
+                 key: Key | None, *, objective: Objective, steps: int,
+                 inner_lr: float) -> Predict:
+    """The adapted model of one task as evaluation adapts it: ``steps`` first-order steps on
+    the support set ``(x, y)`` as in :func:`mamlpp_loss`, predicting with the batch-norm row
+    of the last step (the query pass :func:`mamlpp_loss` scores with ``weights=None``)."""
+    fast = model_params(meta_params)
+    rates = _per_step(meta_params, STEP_LR_PREFIX)
+    bn = _per_step(meta_params, STEP_BN_PREFIX)
+
+    def support_loss(f: Params, step: int, step_key: Key | None) -> Tensor:
+        return objective.loss(call(apply, _with_bn(f, bn, step), x, step_key), y)
+
+    for step, step_key in enumerate(support_keys(key, steps)):
+        grads = grad_of(partial(support_loss, step=step, step_key=step_key), fast)
+        fast = _sgd_step(fast, grads, rates, inner_lr, step)
+    return predicting(apply, _with_bn(fast, bn, max(steps - 1, 0)), key)
+
+
 def _sgd_step(fast: Params, grads: Params, rates: Params, inner_lr: float, step: int) -> Params:
     """One inner SGD step with the learned rates of ``step`` where present."""
     return {n: p - (_row(rates[n], step) if rates else inner_lr) * grads[n]
@@ -273,10 +293,8 @@ def mamlpp(
                   for n in norms}
         return {**adapted, **rates, **copies}
 
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        loss, metric = mamlpp_loss(apply, meta_params, task, objective=obj, steps=eval_count,
-                                   inner_lr=inner_lr, first_order=True, weights=None)
-        return loss.detach(), metric
+    task_eval = AdaptThenScore(partial(mamlpp_adapt, apply, objective=obj, steps=eval_count,
+                                       inner_lr=inner_lr), obj)
 
     by_values: dict[tuple[Any, ...], MetaLearner] = {}
 
@@ -310,5 +328,5 @@ def build_mamlpp(apply: BoundApply, settings: MamlppSettings, info: TaskInfo) ->
                   first_order_until=settings.first_order_until, name=type(settings).OWNER)
 
 
-__all__ = ["BN_SUFFIXES", "MSL_FLOOR", "build_mamlpp", "mamlpp", "mamlpp_loss", "msl_weights",
-           "step_params"]
+__all__ = ["BN_SUFFIXES", "MSL_FLOOR", "build_mamlpp", "mamlpp", "mamlpp_adapt", "mamlpp_loss",
+           "msl_weights", "step_params"]

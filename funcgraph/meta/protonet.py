@@ -17,6 +17,8 @@ from ..checks import check_int
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
+from ..random import Key
+from .adapted import AdaptThenScore, Predict
 from .binding import ModelLike
 from .learner import (
     MetaLearner,
@@ -71,12 +73,14 @@ def protonet(embed: ModelLike, *, ways: int) -> MetaLearner:
 
     task_grad = task_grad_of(loss_fn)
 
-    def task_eval(params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        loss, acc = loss_fn(params, task)
-        return loss.detach(), acc
+    def eval_adapt(params: Params, x: Tensor, y: Tensor, key: Key | None) -> Predict:
+        (support_key,) = support_keys(key, 1)
+        protos = prototypes(call(embed, params, x, support_key), y, ways)
+        qkey = query_key(key)
+        return lambda q: -squared_distances(call(embed, params, q, qkey), protos)
 
-    return MetaLearner("protonet", dict, task_grad, task_eval, obj, ProtonetSettings(),
-                       uses_keys=uses_keys, model=model)
+    return MetaLearner("protonet", dict, task_grad, AdaptThenScore(eval_adapt, obj), obj,
+                       ProtonetSettings(), uses_keys=uses_keys, model=model)
 
 
 def build_protonet(embed: BoundApply, settings: ProtonetSettings, info: TaskInfo

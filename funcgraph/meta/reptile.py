@@ -24,7 +24,9 @@ from ..checks import check_int
 from ..errors import ConfigError
 from ..model import BoundApply
 from ..params import Params
+from ..random import Key
 from ..train import adam
+from .adapted import AdaptThenScore, Predict, predicting
 from .binding import ModelLike
 from .learner import (
     MetaLearner,
@@ -100,16 +102,15 @@ def reptile(
         loss, metric = query_score(fast, task)
         return pseudo, loss, metric
 
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
-        fast = fit(meta_params, task.support_x, task.support_y, eval_inner, task.key)
-        return query_score(fast, task)
+    def eval_adapt(meta_params: Params, x: Tensor, y: Tensor, key: Key | None) -> Predict:
+        return predicting(apply, fit(meta_params, x, y, eval_inner, key), key)
 
     def query_score(fast: Params, task: Task) -> tuple[Tensor, Tensor]:
         """``(loss, metric)`` of the adapted params on the query set, no gradient kept."""
         pred = call(apply, fast, task.query_x, query_key(task.key))
         return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
 
-    return MetaLearner("reptile", dict, task_grad, task_eval, obj, settings,
+    return MetaLearner("reptile", dict, task_grad, AdaptThenScore(eval_adapt, obj), obj, settings,
                        uses_keys=uses_keys, model=model)
 
 

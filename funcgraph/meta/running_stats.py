@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..model import Model
 from ..params import Params, State
 from ..random import Key
+from .adapted import AdaptThenScore, Predict
 from .learner import (
     STEP_BN_PREFIX,
     STEP_LR_PREFIX,
@@ -142,19 +143,18 @@ def with_step_running_stats(
                                     key=key, train=train)
         return pred
 
-    def task_eval(meta_params: Params, task: Task) -> tuple[Tensor, Tensor]:
+    def eval_adapt(meta_params: Params, x: Tensor, y: Tensor, key: Key | None) -> Predict:
         fast = model_params(meta_params)
         rates = _per_step(meta_params, STEP_LR_PREFIX)
         bn = _per_step(meta_params, STEP_BN_PREFIX)
-        support = partial(forward, bn=bn, x=task.support_x, train=True)
-        for step, step_key in enumerate(support_keys(task.key, steps)):
-            loss = partial(_support_loss, support, obj, task.support_y, step=step,
-                           key=step_key)
+        support = partial(forward, bn=bn, x=x, train=True)
+        for step, step_key in enumerate(support_keys(key, steps)):
+            loss = partial(_support_loss, support, obj, y, step=step, key=step_key)
             fast = _sgd_step(fast, grad_of(loss, fast), rates, inner_lr, step)
-        pred = forward(fast, steps, query_key(task.key), bn=bn, x=task.query_x, train=False)
-        return obj.loss(pred, task.query_y).detach(), obj.metric(pred, task.query_y)
+        qkey = query_key(key)
+        return lambda q: forward(fast, steps, qkey, bn=bn, x=q, train=False)
 
-    return replace(learner, task_eval=task_eval)
+    return replace(learner, task_eval=AdaptThenScore(eval_adapt, obj))
 
 
 __all__ = ["step_running_stats", "with_step_running_stats"]

@@ -5,6 +5,12 @@
 ``config.json`` through :func:`~funcgraph.runs.resolve_model` (importing the ``--import``
 modules the run recorded), the tensors from the checkpoint, verified against the model's
 names, shapes and dtypes, as ``evaluate`` and ``export`` read them.
+
+:meth:`LoadedRun.adapt` adapts a meta-training run to a support set of your own with the run's
+own learner, exactly as ``funcgraph evaluate`` adapts to each test task (the same learner,
+settings, batch-norm mode and precision, through the same code,
+:class:`~funcgraph.meta.adapted.AdaptThenScore`); the :class:`AdaptedRun` it returns predicts
+query inputs.
 """
 
 from __future__ import annotations
@@ -13,15 +19,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ConfigError
+import torch
+from torch import Tensor
+
+from .. import random
+from ..errors import CheckpointError, ConfigError, ShapeError
 from ..factory import meta_init
 from ..meta import step_params
+from ..meta.adapted import AdaptThenScore, Predict
+from ..meta.learner import MetaLearner
 from ..model import Model
 from ..params import Params, State
 from ..plugins import import_recorded
+from ..precision import in_precision
+from ..random import Key
 from ..train import Run
 from ..train.checkpoint import verify_groups
+from .meta_train import MetaTrainConfig, build_learner, evaluation_learner, init_params
 from .resolve import resolve_model
+from .task_sources import TaskSources, sources_for
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,126 @@ class LoadedRun:
     model: Model
     params: Params
     state: State
+
+    def adapt(self, x_support: Tensor, y_support: Tensor, *,
+              key: Key | None = None) -> AdaptedRun:
+        """The run's model adapted to the support set ``(x_support, y_support)`` by the run's
+        own learner, as ``funcgraph evaluate`` adapts to each of its test tasks: the learner
+        and its evaluation settings (inner steps and rate, Meta-SGD's and MAML++'s learned
+        rates, MAML++'s batch-norm rows or ``--bn-running-stats``, ProtoNet's prototypes) and
+        the precision the run recorded, through the same code.
+
+        Arguments:
+            x_support: ``(S, *input)`` inputs in the dtype of the run's params, ``input`` the
+                shape of one of the run's examples (``(C, H, W)`` for images).
+            y_support: classification: ``(S,)`` int64 labels in ``[0, ways)``, every class at
+                least once; regression: ``(S, D)`` targets in the inputs' dtype.
+            key: the task's model key (dropout and other randomness): ``None`` uses
+                ``random.key(0)`` for a model that takes keys.
+
+        Raises:
+            ConfigError: a ``train`` run (no learner: use ``model.apply``).
+            ShapeError: inputs or labels of the wrong shape, dtype or range.
+
+        Example::
+
+            run = load_run("runs/maml-glyphs-5way1shot-20260101-120000")
+            logits = run.adapt(images, labels).predict(queries)  # (Q, ways)
+        """
+        learner, meta_params, sources, cfg = _scoring_learner(self)
+        example = sources.val(random.key(0), 1).support_x.shape[2:]
+        dtype = next(iter(meta_params.values())).dtype
+        check_inputs("adapt", "x_support", x_support, tuple(example), dtype)
+        _check_targets(y_support, x_support, sources.kind, sources.ways)
+        if not isinstance(learner.task_eval, AdaptThenScore):
+            raise ConfigError(f"LoadedRun.adapt: the {learner.name} learner scores tasks "
+                              "without a separate adaptation (its task_eval is no "
+                              "AdaptThenScore), so it cannot predict")
+        task_key = (random.key(0) if key is None else key) if learner.uses_keys else None
+        if task_key is not None:
+            random.check_key("LoadedRun.adapt", task_key, batch=False)
+        device = x_support.device.type
+        adapt = in_precision(learner.task_eval.adapt, cfg.precision, device)
+        predict = adapt(meta_params, x_support, y_support, task_key)
+        return AdaptedRun(in_precision(predict, cfg.precision, device), sources.kind,
+                          sources.ways if sources.kind == "classification" else None,
+                          tuple(example), dtype)
+
+
+@dataclass(frozen=True)
+class AdaptedRun:
+    """A run's model adapted to one support set (:meth:`LoadedRun.adapt`).
+
+    Attributes:
+        kind: ``"classification"`` or ``"regression"``.
+        ways: the classes of a classification run (``None`` for regression).
+        example: the shape of one input (``(C, H, W)`` for images).
+        dtype: the inputs' dtype.
+    """
+
+    adapted: Predict
+    kind: str
+    ways: int | None
+    example: tuple[int, ...]
+    dtype: torch.dtype
+
+    def predict(self, x_query: Tensor) -> Tensor:
+        """``(Q, ways)`` logits (classification) or ``(Q, D)`` values (regression) of
+        ``x_query (Q, *example)``. A model that normalises with batch statistics normalises
+        the query batch as a whole, as evaluation scores a task's query set.
+
+        Raises:
+            ShapeError: ``x_query`` of the wrong shape or dtype.
+        """
+        check_inputs("predict", "x_query", x_query, self.example, self.dtype)
+        return self.adapted(x_query)
+
+
+def check_inputs(fn: str, name: str, x: object, example: tuple[int, ...],
+                 dtype: torch.dtype) -> None:
+    """Refuse inputs that are not ``(B, *example)`` tensors of ``dtype`` with ``B >= 1``."""
+    want = f"a {dtype} tensor of shape (batch, {', '.join(map(str, example))})"
+    if not isinstance(x, Tensor):
+        raise ShapeError(f"{fn}: {name} must be {want}, got {type(x).__name__}")
+    if x.dtype != dtype or tuple(x.shape[1:]) != example or x.ndim < 1 or x.shape[0] < 1:
+        raise ShapeError(f"{fn}: {name} must be {want}, got {x.dtype} {tuple(x.shape)}")
+
+
+def _check_targets(y: object, x: Tensor, kind: str, ways: int) -> None:
+    """Refuse support targets that do not fit ``x`` and the run's task kind."""
+    n = x.shape[0]
+    if kind == "classification":
+        want = f"int64 labels of shape ({n},) with each of 0..{ways - 1} at least once"
+        if not isinstance(y, Tensor) or y.dtype != torch.int64 or tuple(y.shape) != (n,):
+            got = f"{y.dtype} {tuple(y.shape)}" if isinstance(y, Tensor) else type(y).__name__
+            raise ShapeError(f"adapt: y_support must be {want}, got {got}")
+        counts = torch.bincount(y.clamp(0, ways), minlength=ways + 1)
+        if y.min() < 0 or y.max() >= ways or bool((counts[:ways] == 0).any()):
+            raise ShapeError(f"adapt: y_support must be {want} (the run is {ways}-way), got "
+                             f"labels {sorted(set(y.tolist()))}")
+        return
+    if (not isinstance(y, Tensor) or y.dtype != x.dtype or y.ndim != 2 or y.shape[0] != n):
+        got = f"{y.dtype} {tuple(y.shape)}" if isinstance(y, Tensor) else type(y).__name__
+        raise ShapeError(f"adapt: y_support must be {x.dtype} targets of shape ({n}, D), got "
+                         f"{got}")
+
+
+def _scoring_learner(loaded: LoadedRun
+                     ) -> tuple[MetaLearner, Params, TaskSources, MetaTrainConfig]:
+    """The learner ``funcgraph evaluate`` scores ``loaded``'s checkpoint with, the checkpoint's
+    meta-parameters, the run's task sources and its config."""
+    if "algo" not in loaded.config:
+        raise ConfigError(f"LoadedRun.adapt: {loaded.path} is a train run, with no learner to "
+                          "adapt with; its model.apply(params, state, x) predicts")
+    cfg = MetaTrainConfig.from_json(loaded.config)
+    sources = sources_for(cfg)
+    learner = build_learner(cfg, sources, loaded.model)
+    template = init_params(cfg, learner, loaded.model)
+    device = next(iter(loaded.params.values())).device
+    meta_params = Run.open(loaded.path).load(loaded.checkpoint, expect={"params": template},
+                                             device=str(device))[0]["params"]
+    scorer = evaluation_learner(cfg, learner, meta_params, sources, device)
+    return scorer, meta_params, sources, cfg
 
 
 def load_run(run_dir: str | Path, checkpoint: str = "best", *,
@@ -88,4 +224,4 @@ def load_run(run_dir: str | Path, checkpoint: str = "best", *,
     return LoadedRun(run.path, tag, int(meta["step"]), dict(run.config), model, params, state)
 
 
-__all__ = ["LoadedRun", "load_run"]
+__all__ = ["AdaptedRun", "LoadedRun", "check_inputs", "load_run"]
