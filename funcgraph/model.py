@@ -217,6 +217,22 @@ _ROUTE: contextvars.ContextVar[_TransformSafeBatchNorm | None] = contextvars.Con
 """The kernel router of the :func:`from_module` call running in this thread, if any."""
 
 
+class _TracedRoute:
+    """The kernel router of the :func:`from_module` call that ``torch.compile`` is tracing.
+
+    Dynamo traces neither a ``ContextVar`` nor ``threading``; it traces a plain attribute and
+    a ``TorchFunctionMode`` entered inside the traced function, and it traces in one thread.
+    The compiled code holds no Python: the attribute is only read while tracing."""
+
+    router: _TransformSafeBatchNorm | None = None
+
+
+def _current_route() -> _TransformSafeBatchNorm | None:
+    if torch.compiler.is_compiling():
+        return _TracedRoute.router
+    return _ROUTE.get()
+
+
 def _with_routed_batch_norm(module: nn.Module) -> nn.Module:
     """``module`` (a private copy) with each batch norm's forward run under the router of the
     current call: the mode is active only inside the norms, so the rest of the forward keeps
@@ -229,8 +245,8 @@ def _with_routed_batch_norm(module: nn.Module) -> nn.Module:
 
 def _routed(forward: Callable[..., Tensor]) -> Callable[..., Tensor]:
     def run(*args: Any, **kwargs: Any) -> Tensor:
-        router = _ROUTE.get()
-        if router is None or torch.compiler.is_compiling():
+        router = _current_route()
+        if router is None:
             return forward(*args, **kwargs)
         with router:
             return forward(*args, **kwargs)
@@ -336,10 +352,16 @@ def from_module(module: nn.Module, name: str | None = None, *, init: str = "rese
     has_batch_norm = any(isinstance(m, _BATCH_NORM) for m in module.modules())
     owner = threading.get_ident()
     copies = threading.local()
+    # The copy a compiled call traces (made now: Dynamo traces no deepcopy of a module).
+    traced = _with_routed_batch_norm(copy.deepcopy(module)) if has_batch_norm else module
 
     def this_threads_module() -> nn.Module:
         """The module a call runs: the user's own in the thread that converted it, a private
-        copy in any other; with batch norm, always a copy whose norms route their kernel."""
+        copy in any other; with batch norm, always a copy whose norms route their kernel.
+        Under ``torch.compile`` (which traces in one thread, and no thread identity) the one
+        made for tracing."""
+        if torch.compiler.is_compiling():
+            return traced
         if threading.get_ident() == owner and not has_batch_norm:
             return module
         if not hasattr(copies, "module"):
@@ -364,6 +386,14 @@ def from_module(module: nn.Module, name: str | None = None, *, init: str = "rese
         was_training = m.training
         m.train(train)
         norms = _TransformSafeBatchNorm({id(t): n for n, t in new_state.items()})
+        if torch.compiler.is_compiling():
+            _TracedRoute.router = norms if has_batch_norm else None
+            try:
+                y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)
+            finally:
+                _TracedRoute.router = None
+                m.train(was_training)
+            return y, {**new_state, **norms.updates}
         routing = _ROUTE.set(norms if has_batch_norm else None)
         try:
             y = torch.func.functional_call(m, (params, new_state), (x,), tie_weights=True)

@@ -1,6 +1,8 @@
 """The meta-gradient compiled whole (``compile=``): for every built-in learner and both
-compiled strategies it equals the eager meta-gradient in float64; a function that cannot be
-compiled whole warns once and runs eagerly; MAML++ compiles once its schedule holds still.
+compiled strategies it builds graphs (a counting backend sees them) and equals the eager
+meta-gradient in float64; a function that cannot be compiled whole warns once, naming what
+failed and where, and runs eagerly; MAML++ compiles from its first step (its annealed weights
+are tensors), and a schedule that builds a new function every step warns once.
 
 The comparisons compile with the ``aot_eager`` backend: Dynamo and AOTAutograd trace the same
 whole graph as for inductor (second order and vmap included) and run it with torch's kernels,
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 from typer.testing import CliRunner
 
 import funcgraph.meta as meta
@@ -86,10 +89,12 @@ def test_the_compiled_meta_gradient_equals_the_eager_one(name: str, strategy: st
     # a compiled graph it runs every step: the vmapped eager gradient is its reference.
     reference = "vmap" if name == "imaml" else strategy
     eager = mean_task_grads(learner.task_grad, params, tasks, strategy=reference)
+    counter = CompileCounterWithBackend(BACKEND)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallback)  # compiled whole, or the test fails
         compiled = mean_task_grads(learner.task_grad, params, tasks, strategy=strategy,
-                                   compile=BACKEND)
+                                   compile=counter)
+    assert counter.frame_count == 1, f"{name} {strategy}: {counter.frame_count} graphs built"
     assert_same(compiled, eager, f"{name} {strategy}")
 
 
@@ -105,7 +110,10 @@ def test_a_function_that_cannot_compile_whole_warns_once_and_runs_eagerly() -> N
     eager = mean_task_grads(task_grad, params, tasks, strategy="loop")
     with pytest.warns(CompileFallback, match="did not compile") as caught:
         first = mean_task_grads(task_grad, params, tasks, strategy="loop", compile=BACKEND)
-    assert len([w for w in caught if w.category is CompileFallback]) == 1
+    said = [str(w.message) for w in caught if w.category is CompileFallback]
+    assert len(said) == 1, said
+    assert 'test_meta_compiled.py", line' in said[0] and "in task_grad" in said[0], (
+        f"the warning names the file and line of what failed: {said[0]}")
     assert_same(first, eager, "the eager fallback")
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileFallback)
@@ -113,30 +121,60 @@ def test_a_function_that_cannot_compile_whole_warns_once_and_runs_eagerly() -> N
     assert_same(again, eager, "the eager fallback, not compiled again")
 
 
-def test_mamlpp_compiles_once_its_schedule_holds_still() -> None:
+def test_mamlpp_compiles_from_its_first_step_and_once_per_phase() -> None:
     learner = meta.mamlpp(bind(MODEL, MODEL.init(random.key(0))[1]), kind="regression",
-                          msl_anneal_steps=3,
-                          meta_steps=10, first_order_until=1)
+                          msl_anneal_steps=3, meta_steps=10, first_order_until=0)
     assert learner.at_step(0) is not learner.at_step(1), "annealing: a learner per step"
     assert learner.at_step(3) is learner.at_step(7), "after the anneal: one learner"
     params = init_params(learner)
     optimizer, tasks = adam(1e-3), regression_tasks()
-    for step in (1, 5):  # annealing (eager), then still (compiled)
+    counter = CompileCounterWithBackend(BACKEND)
+    built = []
+    for step in (0, 1, 2, 3, 4):  # annealing (weights as tensors), then after the anneal
         want = meta_step(learner, optimizer, params, optimizer.init(params), tasks, step=step,
                          strategy="vmap")
-        got = meta_step(learner, optimizer, params, optimizer.init(params), tasks, step=step,
-                        strategy="vmap", compile=BACKEND)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CompileFallback)
+            got = meta_step(learner, optimizer, params, optimizer.init(params), tasks,
+                            step=step, strategy="vmap", compile=counter)
+        built.append(counter.frame_count)
         for n in want[0]:
             assert torch.allclose(got[0][n], want[0][n], rtol=1e-10, atol=1e-12), (step, n)
+    assert built == [1, 1, 1, 2, 2], (
+        f"graphs after each step {built}: one for the anneal from step 0, one after it")
+
+
+def test_a_schedule_that_builds_a_new_learner_each_step_warns_once_and_runs_eagerly() -> None:
+    apply = bind(MODEL, MODEL.init(random.key(0))[1])
+
+    def schedule(step: int) -> meta.MetaLearner:
+        from dataclasses import replace
+
+        fresh = meta.maml(apply, kind="regression", inner_lr=0.1 / (1 + step))
+        return replace(fresh, schedule=schedule)
+
+    learner = schedule(0)
+    params, optimizer, tasks = init_params(learner), adam(1e-3), regression_tasks()
+    counter = CompileCounterWithBackend(BACKEND)
+    with pytest.warns(CompileFallback, match="new meta-gradient function every") as caught:
+        for step in range(4):
+            meta_step(learner, optimizer, params, optimizer.init(params), tasks, step=step,
+                      strategy="loop", compile=counter)
+    assert len([w for w in caught if w.category is CompileFallback]) == 1
+    assert counter.frame_count == 0, "nothing compiled for one step's use"
 
 
 def test_meta_trainer_steps_compiled_as_eagerly() -> None:
     learner, tasks = learner_and_tasks("maml")
+    counter = CompileCounterWithBackend(BACKEND)
     eager, compiled = MetaTrainer(learner, strategy="vmap"), MetaTrainer(
-        learner, strategy="vmap", compile=BACKEND)
+        learner, strategy="vmap", compile=counter)
+    assert compiled.compiled is None, "no step yet"
     state = eager.init(random.key(1), model_params())
     warnings.simplefilter("error", CompileFallback)  # keyed tasks compile whole too
     (a, _), (b, _) = eager.step(state, tasks), compiled.step(state, tasks)
+    assert counter.frame_count == 1 and compiled.compiled is True
+    assert compiled.compile_seconds > 0 and eager.compile_seconds == 0
     for n in a.params:
         assert torch.allclose(a.params[n], b.params[n], rtol=1e-10, atol=1e-12), n
     with pytest.raises(ConfigError, match="not 'threads'"):
@@ -154,3 +192,22 @@ def test_meta_train_takes_compile_and_refuses_it_with_threads() -> None:
         result.output)
     result = runner.invoke(app, [*args, "--compile"])
     assert result.exit_code == 0 and '"compile": true' in result.output, result.output
+
+
+def test_a_backends_failure_says_what_it_raised_and_where() -> None:
+    """A backend that fails says what it raised (not an empty ``raised:``) and a file and
+    line; here a tensor of a transform left through a closure, which AOTAutograd refuses."""
+    store: dict[str, torch.Tensor] = {}
+
+    def leaky(x: torch.Tensor) -> torch.Tensor:
+        def inner(y: torch.Tensor) -> torch.Tensor:
+            store["kept"] = (y * 3).detach()
+            return (y * y).sum()
+
+        return torch.func.grad(inner)(x)
+
+    with pytest.raises(Exception) as caught:
+        torch.compile(leaky, fullgraph=True, backend=BACKEND)(torch.randn(3))
+    reason = meta.compiled.compile_failure(caught.value)
+    assert reason is not None and "raised: NotImplementedError: " in reason, reason
+    assert '; at File "' in reason and ", line " in reason, reason

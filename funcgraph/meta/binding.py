@@ -91,8 +91,14 @@ def bind_for_training(model: Model, *, keys: bool = True) -> BoundApply:
     def on(device: torch.device) -> BoundApply:
         if device not in bound:
             moved: State = {n: t.to(device) for n, t in state.items()}
+            if torch.compiler.is_compiling():  # kept, the moved state would leave the graph
+                return bind(model, moved, train=True)  # as an output: moved in the graph
             bound[device] = bind(model, moved, train=True)
         return bound[device]
+
+    for t in state.values():  # the state's own device, bound now (before any compiled call)
+        on(t.device)
+        break
 
     def f(params: Params, x: Any, *, key: Key | None = None) -> Any:
         first = next(iter(params.values()), None)

@@ -229,6 +229,37 @@ TaskEvalFn = Callable[[Params, Task], tuple[Tensor, Tensor]]
 
 
 @dataclass(frozen=True)
+class StepInputs:
+    """A :data:`TaskGradFn` whose values that change from meta-step to meta-step are tensors
+    passed in, not constants built in: ``fn(meta_params, task, inputs)`` with ``inputs`` this
+    step's tensors (MAML++'s multi-step loss weights while they anneal).
+
+    Called as ``task_grad(meta_params, task)`` it is ``fn(meta_params, task, inputs)``, so it
+    is a task gradient like any other. What it adds is for ``compile``: the learners of a
+    schedule's steps share one ``fn``, so one compiled meta-gradient serves every step, the
+    step's ``inputs`` passed as its arguments (:mod:`funcgraph.meta.compiled`). A schedule
+    that builds a new function each step cannot compile (:func:`~funcgraph.meta.step.meta_step`
+    says so once); give it one ``fn`` and its step's tensors here.
+
+    Attributes:
+        fn: ``(meta_params, task, inputs) -> (grads, loss, metric)``, the same for each step.
+        inputs: this step's tensors, by name (no gradient flows to them).
+    """
+
+    fn: Callable[[Params, Task, Params], tuple[Params, Tensor, Tensor]]
+    inputs: Params
+
+    def __call__(self, meta_params: Params, task: Task) -> tuple[Params, Tensor, Tensor]:
+        return self.fn(meta_params, task, self.inputs)
+
+
+def compiled_identity(task_grad: TaskGradFn) -> object:
+    """What a compiled meta-gradient of ``task_grad`` is made once for: the shared ``fn`` of
+    a :class:`StepInputs`, else the function itself."""
+    return task_grad.fn if isinstance(task_grad, StepInputs) else task_grad
+
+
+@dataclass(frozen=True)
 class MetaLearner:
     """A meta-learning algorithm as pure functions; see the module docstring.
 
@@ -349,6 +380,7 @@ __all__ = [
     "STEP_LR_PREFIX",
     "MetaLearner",
     "Objective",
+    "StepInputs",
     "Task",
     "TaskEvalFn",
     "TaskGradFn",
@@ -356,6 +388,7 @@ __all__ = [
     "accuracy",
     "call",
     "check_apply",
+    "compiled_identity",
     "grad_of",
     "model_params",
     "objective",

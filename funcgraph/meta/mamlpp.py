@@ -38,9 +38,12 @@ paper's fixes, each one switchable; with all of them off the learner is MAML, bi
 **The meta-step.** The MSL weights and the derivative order depend on the meta-step ``t``;
 the learner keeps ``task_grad(meta_params, task)`` and carries a
 :attr:`~funcgraph.meta.learner.MetaLearner.schedule`: ``learner.at_step(t)`` is the learner
-of meta-step ``t``, whose ``task_grad`` has that step's weights and order built in (Python
-values, so ``vmap`` and the loop strategy see plain constants). :func:`mamlpp` returns the
-learner of step 0; a training loop calls ``at_step(step)`` every meta-step.
+of meta-step ``t``, whose ``task_grad`` has that step's order built in and its weights
+passed in: while they anneal, as a tensor (a :class:`~funcgraph.meta.learner.StepInputs`,
+one function for every annealing step, so ``compile`` compiles it once, from the first
+step), after the anneal as constants (the zero-weighted query passes skipped).
+:func:`mamlpp` returns the learner of step 0; a training loop calls ``at_step(step)`` every
+meta-step.
 
 **Evaluation** adapts for ``eval_steps`` first-order steps and scores the last one; steps at
 or beyond ``inner_steps`` reuse the last step's learned rate and batch-norm row.
@@ -53,7 +56,7 @@ dropout masks and differ only by the adaptation (the schedule is in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -72,6 +75,7 @@ from .learner import (
     STEP_LR_PREFIX,
     MetaLearner,
     Objective,
+    StepInputs,
     Task,
     call,
     check_apply,
@@ -147,7 +151,7 @@ def mamlpp_loss(
     steps: int,
     inner_lr: float,
     first_order: bool,
-    weights: Sequence[float] | None,
+    weights: Sequence[float] | Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """``(task loss, query metric after the last step)`` of one task; differentiate it for
     the meta-gradient.
@@ -156,8 +160,9 @@ def mamlpp_loss(
     the learned rates ``"step_lr.<name>"`` where present (else ``inner_lr``) and the
     batch-norm rows ``"step_bn.<name>"`` of each step where present (not adapted).
     ``weights``: the MSL weight of the query loss after each step (:func:`msl_weights`),
-    zero weights skipping that query pass; ``None`` scores the last step alone, unweighted,
-    exactly as :func:`~funcgraph.meta.maml_family.task_loss`.
+    zero weights skipping that query pass, or a ``(steps,)`` tensor of them (every pass taken;
+    what a compiled meta-gradient takes as an argument); ``None`` scores the last step alone,
+    unweighted, exactly as :func:`~funcgraph.meta.maml_family.task_loss`.
 
     Raises:
         ConfigError: ``weights`` has not one entry per inner step.
@@ -178,13 +183,14 @@ def mamlpp_loss(
         grads = grad_of(partial(support_loss, step=step, step_key=step_key), fast,
                         create_graph=not first_order)
         fast = _sgd_step(fast, grads, rates, inner_lr, step)
-        if weights is not None and step < steps - 1 and weights[step]:
+        if weights is not None and step < steps - 1 and (
+                isinstance(weights, Tensor) or weights[step]):
             loss, _ = _query_score(apply, _with_bn(fast, bn, step), task, objective)
-            terms.append(weights[step] * loss)
+            terms.append(_weight(weights, step, loss) * loss)
     loss, metric = _query_score(apply, _with_bn(fast, bn, max(steps - 1, 0)), task, objective)
     if weights is None:
         return loss, metric
-    return torch.stack([*terms, weights[-1] * loss]).sum(), metric
+    return torch.stack([*terms, _weight(weights, steps - 1, loss) * loss]).sum(), metric
 
 
 def mamlpp_adapt(apply: BoundApply, meta_params: Params, x: Tensor, y: Tensor,
@@ -204,6 +210,13 @@ def mamlpp_adapt(apply: BoundApply, meta_params: Params, x: Tensor, y: Tensor,
         grads = grad_of(partial(support_loss, step=step, step_key=step_key), fast)
         fast = _sgd_step(fast, grads, rates, inner_lr, step)
     return predicting(apply, _with_bn(fast, bn, max(steps - 1, 0)), key)
+
+
+def _weight(weights: Sequence[float] | Tensor, step: int, loss: Tensor) -> float | Tensor:
+    """The weight of step ``step``: a float, or its tensor entry rounded to the loss's dtype
+    (what multiplying by the float does), so both give the same loss bit for bit."""
+    w = weights[step]
+    return w.to(loss.dtype) if isinstance(w, Tensor) else w
 
 
 def _sgd_step(fast: Params, grads: Params, rates: Params, inner_lr: float, step: int) -> Params:
@@ -297,16 +310,36 @@ def mamlpp(
                                        inner_lr=inner_lr), obj)
 
     by_values: dict[tuple[Any, ...], MetaLearner] = {}
+    annealing: dict[bool, Callable[[Params, Task, Params], tuple[Params, Tensor, Tensor]]] = {}
+
+    def annealed(first_order: bool
+                 ) -> Callable[[Params, Task, Params], tuple[Params, Tensor, Tensor]]:
+        """The task gradient while the MSL weights anneal, the weights its argument: one
+        function for every annealing step of this derivative order."""
+        if first_order not in annealing:
+            def task_grad(meta_params: Params, task: Task, inputs: Params
+                          ) -> tuple[Params, Tensor, Tensor]:
+                return task_grad_of(partial(
+                    mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
+                    first_order=first_order, weights=inputs["msl_weights"]))(meta_params, task)
+
+            annealing[first_order] = task_grad
+        return annealing[first_order]
 
     def at_step(step: int) -> MetaLearner:
-        """The learner of meta-step ``step``: its MSL weights and derivative order. Steps
-        with the same values share one learner (once the anneal and the first-order warm-up
-        are over, every step does), so a compiled meta-gradient is reused, not rebuilt."""
+        """The learner of meta-step ``step``: its MSL weights and derivative order. While the
+        weights anneal they are a tensor the step's learner passes in (:class:`StepInputs`),
+        so every annealing step of one derivative order shares one function and one
+        compiled meta-gradient; after the anneal the steps share one learner."""
         weights = msl_weights(inner_steps, step, anneal) if multi_step_loss else None
         first_order = step < first_order_until
+        if weights is not None and step < anneal:
+            # float64 holds each Python float exactly; the loss rounds it as a float would be
+            inputs = {"msl_weights": torch.tensor(weights, dtype=torch.float64)}
+            return MetaLearner(name, init, StepInputs(annealed(first_order), inputs),
+                               task_eval, obj, settings, uses_keys=uses_keys,
+                               schedule=at_step, model=model)
         if (weights, first_order) not in by_values:
-            if len(by_values) > 1:  # one schedule moves on: keep the newest learner only
-                by_values.clear()
             task_grad = task_grad_of(partial(
                 mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
                 first_order=first_order, weights=weights))

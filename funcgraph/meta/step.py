@@ -17,6 +17,7 @@ all-reduce and progress; a user's own loop calls it directly::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,8 @@ from ..errors import ConfigError
 from ..params import Params
 from ..precision import at_least_float32
 from ..train import Optimizer
-from .learner import MetaLearner, Task
+from .compiled import Backend, CompileFallback, note
+from .learner import MetaLearner, Task, compiled_identity
 from .strategy import mean_task_grads
 
 Reduce = Callable[[Params, Tensor, Tensor], tuple[Params, Tensor, Tensor]]
@@ -56,7 +58,7 @@ def meta_step(
     chunk_size: int | None = None,
     reduce: Reduce | None = None,
     precision: str = "float32",
-    compile: bool | str = False,
+    compile: bool | Backend = False,
 ) -> tuple[Params, Params, StepMetrics]:
     """One meta-step: ``(new params, new optimiser state, metrics)``.
 
@@ -79,18 +81,23 @@ def meta_step(
             :mod:`funcgraph.precision`).
         compile: compile the meta-gradient whole (:mod:`funcgraph.meta.compiled`; as
             :func:`~funcgraph.meta.strategy.mean_task_grads`). A learner with a schedule
-            (MAML++'s loss weights and first-order warm-up) compiles from the step where its
-            schedule holds still, and runs eagerly while it moves.
+            compiles each function its schedule gives more than one step (MAML++: its
+            first-order warm-up, its annealed loss weights, which enter as tensors through
+            :class:`~funcgraph.meta.learner.StepInputs`, and the steps after); a function
+            that serves one step alone runs eagerly, and a schedule that builds a new one
+            every step warns once (:class:`~funcgraph.meta.compiled.CompileFallback`).
 
     Raises:
         ConfigError: an argument of the wrong kind or out of range.
     """
     _check(learner, optimizer, step, lr, reduce)
     current = learner.at_step(step)
-    still = learner.schedule is None or current is learner.at_step(step + 1)
+    moving = compile and _moving(learner, current, step)
     grads, loss, metric = mean_task_grads(current.task_grad, params, tasks, strategy=strategy,
                                           chunk_size=chunk_size, precision=precision,
-                                          compile=compile if still else False)
+                                          compile=False if moving else compile)
+    if moving:
+        note(False, moving)
     if reduce is not None:
         grads, loss, metric = reduce(grads, loss, metric)
     if lr is None:
@@ -99,6 +106,42 @@ def meta_step(
         params, opt_state = optimizer.update(params, grads, opt_state, lr=lr)
     # A task computed in bfloat16 may return its loss or metric in bfloat16: reported in float32
     return params, opt_state, StepMetrics(at_least_float32(loss), at_least_float32(metric))
+
+
+_WARNED: dict[int, Callable[[int], MetaLearner]] = {}
+"""The schedules already said to be moving (by id; the schedule kept so its id stays its
+own), so each says it once."""
+
+
+def _moving(learner: MetaLearner, current: MetaLearner, step: int) -> str | None:
+    """Why meta-step ``step`` of a learner with a schedule runs eagerly under ``compile``, or
+    ``None``: a function that serves this step alone (the one before and the one after are
+    others) would be compiled for one step. A schedule whose function changes at three steps
+    in a row cannot hold still: that warns once (:class:`CompileFallback`)."""
+    schedule = learner.schedule
+    if schedule is None:
+        return None
+    mine = compiled_identity(current.task_grad)
+
+    def at(s: int) -> object:
+        return compiled_identity(learner.at_step(s).task_grad)
+
+    if mine == at(step + 1) or (step > 0 and mine == at(step - 1)):
+        return None
+    reason = (f"the {learner.name} learner's schedule gives meta-step {step} a function of "
+              "its own, so it runs eagerly")
+    if step > 0 and (step == 1 or at(step - 1) != at(step - 2)) and id(schedule) not in _WARNED:
+        if len(_WARNED) > 64:
+            _WARNED.clear()
+        _WARNED[id(schedule)] = schedule
+        warnings.warn(f"the meta-step did not compile: the {learner.name} learner's schedule "
+                      f"builds a new meta-gradient function every meta-step (at {step - 1}, "
+                      f"{step} and {step + 1}), so nothing compiled could be reused; it runs "
+                      "eagerly while the schedule moves. Give the values that change by step "
+                      "as tensors (funcgraph.meta.learner.StepInputs) to compile it once",
+                      CompileFallback, stacklevel=3)
+        reason = f"{reason} (its schedule builds a new function every meta-step)"
+    return reason
 
 
 def _check(learner: object, optimizer: object, step: object, lr: object,

@@ -42,13 +42,19 @@ from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
 from ..precision import check_precision, in_precision
-from .compiled import NotCompiled, compiled_mean_grads
-from .learner import Task, TaskEvalFn, TaskGradFn
+from .compiled import Backend, NotCompiled, compiled_mean_grads
+from .learner import StepInputs, Task, TaskEvalFn, TaskGradFn
 
 STRATEGIES = ("loop", "threads", "vmap")
 COMPILED = ("loop", "vmap")
 """The strategies a compiled meta-gradient runs with (:mod:`funcgraph.meta.compiled`)."""
 CHOICES = ("auto", "measure", *STRATEGIES)
+
+RANDOMNESS = "different"
+"""``vmap``'s randomness over tasks: a random op of torch's generator inside a task (the
+dropout of a converted ``nn.Module``, which takes no key) draws for each task apart, as the
+loop draws for one task after another (torch's default, ``"error"``, refuses it). Keyed
+randomness (:attr:`~funcgraph.meta.learner.Task.key`) draws nothing from the generator."""
 
 DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"}
 """The measured default per device type for small tasks (see :func:`default_strategy`)."""
@@ -159,9 +165,12 @@ def _workers(strategy: str, workers: int | None) -> int:
 def _vmapped(fn: Callable[[Params, Task], Any], meta_params: Params, tasks: Task,
              chunk_size: int | None) -> Any:
     """``fn`` mapped over the tasks; torch's refusal of a Python ``if`` on a tensor becomes
-    the hint to use ``funcgraph.cond`` (:func:`funcgraph.control.vmap_hint`)."""
+    the hint to use ``funcgraph.cond`` (:func:`funcgraph.control.vmap_hint`). A draw from
+    torch's generator (an ``nn.Module``'s ``nn.Dropout``) is drawn for each task apart, as the
+    loop draws it (:data:`RANDOMNESS`)."""
     try:
-        return torch.func.vmap(fn, in_dims=(None, 0), chunk_size=chunk_size)(meta_params, tasks)
+        return torch.func.vmap(fn, in_dims=(None, 0), chunk_size=chunk_size,
+                               randomness=RANDOMNESS)(meta_params, tasks)
     except RuntimeError as e:
         hint = vmap_hint(e)
         if hint is None:
@@ -178,7 +187,7 @@ def mean_task_grads(
     chunk_size: int | None = None,
     workers: int | None = None,
     precision: str = "float32",
-    compile: bool | str = False,
+    compile: bool | Backend = False,
 ) -> tuple[Params, Tensor, Tensor]:
     """The mean over the tasks of ``task_grad``: ``(grads, loss, metric)``.
 
@@ -200,24 +209,33 @@ def mean_task_grads(
             :mod:`funcgraph.meta.compiled`). The first call compiles; one that cannot be
             compiled whole warns once (:class:`~funcgraph.meta.compiled.CompileFallback`) and
             runs eagerly. ``True`` compiles with torch's default backend (inductor); a string
-            names another ``torch.compile`` backend (``"aot_eager"``).
+            names another ``torch.compile`` backend (``"aot_eager"``), and a callable is one
+            (``torch._dynamo.testing.CompileCounterWithBackend("aot_eager")`` counts graphs).
+            A :class:`~funcgraph.meta.learner.StepInputs` compiles its ``fn`` once, its
+            tensors passed as arguments. Inside :func:`~funcgraph.meta.compiled.recording`
+            the record says whether it ran compiled.
     """
     strategy, chunk_size = _resolve("mean_task_grads", task_grad, meta_params, tasks, strategy,
                                     chunk_size, workers)
     precise = check_precision("mean_task_grads", precision)
-    key = (task_grad, precise, tasks.support_x.device.type)
-    task_grad = in_precision(task_grad, precise, tasks.support_x.device.type)
+    device = tasks.support_x.device.type
     if compile:
         if strategy == "threads":
             raise ConfigError("mean_task_grads: compile runs with strategy 'loop' or 'vmap', "
                               "not 'threads' (Dynamo compiles from one thread)")
-        compiled = compiled_mean_grads(task_grad, strategy, key=key, chunk_size=chunk_size,
-                                       backend="inductor" if compile is True else str(compile))
+        # One compiled function per shared fn: a StepInputs' tensors are its arguments.
+        fn, inputs = ((task_grad.fn, task_grad.inputs) if isinstance(task_grad, StepInputs)
+                      else (task_grad, None))
+        compiled = compiled_mean_grads(
+            in_precision(fn, precise, device), strategy, key=(fn, precise, device),
+            chunk_size=chunk_size, backend="inductor" if compile is True else compile,
+            inputs=inputs is not None)
         if compiled is not None:
             try:
-                return compiled(meta_params, tasks)
+                return compiled(meta_params, tasks, inputs or {})
             except NotCompiled:
                 pass
+    task_grad = in_precision(task_grad, precise, device)
     num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
@@ -307,6 +325,7 @@ __all__ = [
     "CPU_VMAP_CHUNK",
     "CPU_VMAP_MAX_EXAMPLES",
     "DEFAULT_STRATEGY",
+    "RANDOMNESS",
     "STRATEGIES",
     "default_chunk_size",
     "default_strategy",

@@ -46,6 +46,7 @@ from ..params import Params
 from ..precision import check_precision
 from ..random import Key
 from ..train import Optimizer, adam
+from .compiled import Backend, CompileRecord, recording
 from .evaluate import EvalResult, evaluate
 from .learner import MetaLearner, Task
 from .registry import DEFAULT_META_LR, algorithm_names, algorithm_type
@@ -92,7 +93,11 @@ class MetaTrainer:
         precision: ``"float32"`` or ``"bf16"`` (:mod:`funcgraph.precision`).
         compile: compile each meta-step's whole meta-gradient with ``torch.compile``
             (:mod:`funcgraph.meta.compiled`; ``True`` for torch's default backend, or a
-            backend's name); the first step compiles.
+            backend, by name or callable); the first step compiles.
+
+    After a step, :attr:`compiled` says whether its meta-gradient ran compiled and
+    :attr:`compile_reason` why not; :attr:`compile_seconds` is the time the steps that
+    compiled took.
 
     Raises:
         ConfigError: an argument of the wrong kind.
@@ -103,11 +108,11 @@ class MetaTrainer:
     strategy: str
     chunk_size: int | None
     precision: str
-    compile: bool | str
+    compile: bool | Backend
 
     def __init__(self, learner: MetaLearner, optimizer: Optimizer | None = None, *,
                  strategy: str = "auto", chunk_size: int | None = None,
-                 precision: str = "float32", compile: bool | str = False) -> None:
+                 precision: str = "float32", compile: bool | Backend = False) -> None:
         if not isinstance(learner, MetaLearner):
             raise ConfigError(f"MetaTrainer: learner must be a MetaLearner (maml(module), "
                               f"protonet(...), ...), got {type(learner).__name__}")
@@ -121,9 +126,9 @@ class MetaTrainer:
         if chunk_size is not None:
             check_int("MetaTrainer", "chunk_size", chunk_size)
         check_precision("MetaTrainer", precision)
-        if not isinstance(compile, bool | str):
+        if not (isinstance(compile, bool | str) or callable(compile)):
             raise ConfigError(f"MetaTrainer: compile must be True, False or a torch.compile "
-                              f"backend's name, got {compile!r}")
+                              f"backend (its name, or a callable one), got {compile!r}")
         if compile and strategy == "threads":
             raise ConfigError("MetaTrainer: compile runs with strategy 'loop', 'vmap' or "
                               "'auto', not 'threads' (Dynamo compiles from one thread)")
@@ -132,6 +137,29 @@ class MetaTrainer:
                             ("precision", precision),
                             ("compile", compile)):
             object.__setattr__(self, name, value)
+        # What the steps did, not what was chosen: no field (kept out of eq and repr).
+        object.__setattr__(self, "_record", CompileRecord())
+
+    @property
+    def compiled(self) -> bool | None:
+        """Whether the last step's meta-gradient ran compiled: ``None`` before the first
+        step, ``False`` without ``compile`` or where it ran eagerly (:attr:`compile_reason`
+        says why)."""
+        record: CompileRecord = self.__dict__["_record"]
+        return record.compiled
+
+    @property
+    def compile_reason(self) -> str | None:
+        """Why the last step's meta-gradient did not run compiled (``None`` when it did, or
+        before the first step)."""
+        record: CompileRecord = self.__dict__["_record"]
+        return record.reason
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the steps that compiled took (the compiling included); 0 when none did."""
+        record: CompileRecord = self.__dict__["_record"]
+        return record.seconds
 
     def init(self, key: Key, params: Params | None = None) -> TrainState:
         """The state before the first meta-step.
@@ -179,10 +207,14 @@ class MetaTrainer:
             tasks = tasks.with_keys(random.split(random.fold_in(state.key, state.step),
                                                  tasks.num_tasks))
         like = _first(state.params)
-        params, opt_state, metrics = meta_step(
-            self.learner, self.optimizer, state.params, state.opt_state,
-            tasks.to(like.device, like.dtype), step=state.step, strategy=self.strategy,
-            chunk_size=self.chunk_size, precision=self.precision, compile=self.compile)
+        record: CompileRecord = self.__dict__["_record"]
+        with recording(record):
+            params, opt_state, metrics = meta_step(
+                self.learner, self.optimizer, state.params, state.opt_state,
+                tasks.to(like.device, like.dtype), step=state.step, strategy=self.strategy,
+                chunk_size=self.chunk_size, precision=self.precision, compile=self.compile)
+        if not self.compile:
+            record.ran(False, "compile=False")
         return replace(state, params=params, opt_state=opt_state, step=state.step + 1), metrics
 
     def evaluate(self, state: TrainState, tasks: TaskStream | Task) -> EvalResult:

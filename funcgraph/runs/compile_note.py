@@ -1,7 +1,13 @@
-"""What a ``meta-train --compile`` run says about compiling: the first step's progress line
-("compiling the meta-step, ~43 s"), from the time the same meta-step took to compile the last
-time (kept beside torch's compile cache), and each :class:`~funcgraph.meta.compiled.
-CompileFallback` as one line through the run's ``echo``."""
+"""What a ``meta-train --compile`` run says and records about compiling.
+
+:class:`CompileReporter` is the run's side of it: its first line names the compiler and the
+cache folder (set before anything compiles, ``--strategy measure``'s probe included); a line
+when a compile starts ("compiling the meta-step, ~43 s", from the time the same meta-step
+took to compile the last time, kept beside torch's compile cache) and one when it ends, with
+the seconds it took, whether or not the output is a terminal; a ``compile`` record in
+``metrics.jsonl`` for each and ``"compiled"`` in ``config.json`` (whether the meta-step ran
+compiled); each :class:`~funcgraph.meta.compiled.CompileFallback` as one line through the
+run's ``echo``."""
 
 from __future__ import annotations
 
@@ -14,9 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write
-from ..meta.compiled import CompileFallback
+from ..meta.compiled import CompileFallback, CompileRecord, recording, use_compile_cache
 
 TIMES_FILE = "funcgraph-compile-seconds.json"
+
+OUTCOMES = ("compiled",)
+"""What a compiled run adds to its ``config.json`` once it ran: whether the meta-step ran
+compiled (an outcome, not an option: a resume may find another)."""
 
 
 def signature(cfg: Any) -> str:
@@ -71,4 +81,70 @@ def fallbacks_to(echo: Callable[[str], object]) -> Iterator[None]:
         yield
 
 
-__all__ = ["TIMES_FILE", "compile_note", "fallbacks_to", "remember_compile", "signature"]
+class CompileReporter:
+    """A run's report of its compiled meta-step (see the module docstring); ``with reporter:``
+    around what takes meta-steps (the strategy probe, the loop).
+
+    Arguments:
+        cfg: the run's config (``cfg.compile``: whether it compiles at all; without, the
+            reporter only turns fallback warnings into lines).
+        run: the run directory (its ``log`` and ``record``), or ``None`` on a rank that does
+            not write.
+        echo: where lines go (``None``: nowhere).
+        start: the step the run starts from.
+    """
+
+    def __init__(self, cfg: Any, run: Any, echo: Callable[[str], object] | None, *,
+                 start: int) -> None:
+        self.compile = bool(cfg.compile)
+        self.run, self.echo = run, echo or (lambda line: None)
+        self.key = signature(cfg) if self.compile else ""
+        self.step = start
+        self.first = True
+        self.record = CompileRecord(on_start=self._started, on_done=self._done)
+        self.cache = use_compile_cache() if self.compile else None
+        if self.compile:
+            backend = "inductor" if cfg.compile is True else cfg.compile
+            self.echo(f"compile: the meta-step with torch.compile ({backend}), its code cached "
+                      f"in {self.cache}")
+
+    def at(self, step: int) -> None:
+        """The meta-steps done so far (the next one is ``step + 1``)."""
+        self.step = step
+
+    def _started(self) -> None:
+        assert self.cache is not None
+        self.echo(f"step {self.step + 1}: {compile_note(self.cache, self.key)}")
+
+    def _done(self, seconds: float, reason: str | None) -> None:
+        assert self.cache is not None
+        if reason is None:
+            self.echo(f"step {self.step + 1}: compiled the meta-step in {seconds:.1f} s")
+            if self.first:
+                remember_compile(self.cache, self.key, seconds)
+        self.first = False
+        if self.run is not None:
+            self.run.log({"kind": "compile", "step": self.step + 1, "compiled": reason is None,
+                          "seconds": round(seconds, 3), **({"reason": reason} if reason else {})})
+            self.run.record({"compiled": reason is None})
+
+    @property
+    def compiled(self) -> bool | None:
+        """Whether the last meta-step ran compiled (``None``: no compiled step asked)."""
+        return self.record.compiled
+
+    def __enter__(self) -> CompileReporter:
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(fallbacks_to(self.echo))
+        if self.compile:
+            self._stack.enter_context(recording(self.record))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+        if self.compile and self.run is not None and self.record.compiled is not None:
+            self.run.record({"compiled": self.record.compiled})
+
+
+__all__ = ["OUTCOMES", "TIMES_FILE", "CompileReporter", "compile_note", "fallbacks_to",
+           "remember_compile", "signature"]
