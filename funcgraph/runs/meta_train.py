@@ -15,6 +15,21 @@ Keys: the run's root ``key(seed)`` gives ``fold_in(root, 0)`` to the model's ini
 and ``fold_in(root, 2)`` to the model: step ``s`` gives task ``t`` the key
 ``split(fold_in(model, s), meta_batch)[t]``, which the learner folds per inner step (dropout,
 stochastic depth). So a resumed run ends bit-identical to an uninterrupted one on CPU.
+
+What the results depend on is recorded in ``config.json`` beside the options: the thread count
+the run ran with, whether it was asked to compile, its precision, the strategy the meta-step
+took, the one validation and the test scored with, and vmap's chunk under ``--max-memory``.
+A resume takes them again (:func:`~funcgraph.runs.meta_train_config.as_recorded`), so it
+rounds as the run did; a thread count, compiling and the step budget may change on resume
+(the change is logged in ``metrics.jsonl`` as a ``resume`` record), any other difference is
+refused in one line.
+
+A meta-batch is not refused for its time (what a step costs depends on the machine, and a
+large one may be what the user wants), only for a memory estimate past the free memory
+(:func:`~funcgraph.runs.meta_plan.plan_meta_train`). Instead, before its first step a run
+says what one meta-step will cost, measured on a few tasks and scaled, with the memory
+estimate and the time for the steps to go (:func:`step_cost`): a meta-batch of 100,000 tasks
+says at once that each step takes hours on a CPU.
 """
 
 from __future__ import annotations
@@ -38,7 +53,7 @@ from ..meta.settings import AdaptSettings
 from ..meta.step import meta_step
 from ..meta.strategy import STRATEGIES, resolve_strategy
 from ..params import Params
-from ..placement import resolve_device
+from ..placement import cpu_threads, resolve_device
 from ..precision import chosen_precision, resolve_precision
 from ..train import (
     DIVERGENCE_BOUND,
@@ -51,8 +66,10 @@ from ..train import (
     run_loop,
     sgd,
 )
+from ..train.ownership import CONFIG_FILE
 from .compile_note import compile_note, fallbacks_to, remember_compile, signature
 from .curves import write_curves
+from .memory import fmt_bytes
 from .meta_plan import (
     MetaTrainPlan,
     RunKeys,
@@ -69,7 +86,10 @@ from .meta_plan import (
 )
 from .meta_train_config import (
     KIND_DEFAULTS,
+    MAY_CHANGE_ON_RESUME,
+    RECORDED_BY_THE_RUN,
     MetaTrainConfig,
+    as_recorded,
     default_algo,
     default_config,
 )
@@ -166,16 +186,19 @@ def train_step(cfg: MetaTrainConfig, learner: MetaLearner, optimizer: Optimizer,
 
 
 def estimate_step_seconds(cfg: MetaTrainConfig, plan: MetaTrainPlan, sources: TaskSources,
-                          device: torch.device, *, tasks: int = 4) -> tuple[float, int]:
+                          device: torch.device, *, tasks: int = 4,
+                          strategy: str | None = None) -> tuple[float, int]:
     """Seconds a meta-step of ``cfg`` will take, estimated from a short measurement: the
-    second of two meta-steps on ``tasks`` tasks (the first warms up), scaled by
-    ``meta_batch / tasks``. Returns ``(seconds, tasks measured)``; ``--dry-run`` prints it."""
+    second of two eager meta-steps on ``tasks`` tasks (the first warms up), scaled by
+    ``meta_batch / tasks``, under ``strategy`` (default: ``cfg``'s, ``auto`` for ``measure``).
+    Returns ``(seconds, tasks measured)``; ``--dry-run`` and a run's first line print it."""
     n = min(cfg.meta_batch, tasks)
     optimizer = meta_optimizer(cfg)
     params = {k: v.to(device) for k, v in plan.params.items()}
     opt = optimizer.init(params)
-    strategy = resolve_strategy(cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
-                                examples_per_task=task_size(sources.train))
+    strategy = strategy or resolve_strategy(
+        cfg.strategy if cfg.strategy in STRATEGIES else "auto", device,
+        examples_per_task=task_size(sources.train))
     keys = RunKeys.of(cfg.seed)
     task_key, model_keys = keys.tasks(0, n)
     batch = sources.train(task_key, n).with_keys(model_keys).to(device)
@@ -204,6 +227,42 @@ def resumed(run: Run, groups: Groups, dev: torch.device, env: distributed.DistEn
     strategy = meta.get("strategy") if meta.get("device") == dev.type else None
     return ({"params": loaded["params"], "opt": loaded.get("opt", {})}, start,
             meta.get("best_value"), strategy)
+
+
+def recorded_run(out: str | Path) -> dict[str, Any] | None:
+    """The ``config.json`` of the run in ``out`` that a resume continues (one that saved a
+    step), or ``None``."""
+    if not (Path(out) / CONFIG_FILE).is_file():
+        return None
+    run = Run.open(out)
+    return run.config if run.has_checkpoint("last") else None
+
+
+def resume_changes(recorded: Mapping[str, Any], cfg: MetaTrainConfig) -> dict[str, Any]:
+    """The settings a resume changes that the run allows to change
+    (:data:`~funcgraph.runs.meta_train_config.MAY_CHANGE_ON_RESUME`), as
+    ``{name: [recorded, new]}``; the derived chunk and scoring strategy are left out."""
+    now = cfg.to_json()
+    return {k: [recorded.get(k), now[k]] for k in MAY_CHANGE_ON_RESUME
+            if k not in ("chunk_size", "score_strategy") and recorded.get(k) != now[k]}
+
+
+def fmt_seconds(seconds: float) -> str:
+    """``42.0`` -> ``"42 s"``, ``5400`` -> ``"1.5 h"``: a duration at a glance."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 7200 else f"{seconds / 3600:.3g} h"
+
+
+def step_cost(cfg: MetaTrainConfig, plan: MetaTrainPlan, seconds: float, measured: int,
+              steps: int) -> str:
+    """The line a run starts with: what one meta-step of ``cfg`` will cost (``seconds``, from
+    :func:`estimate_step_seconds` on ``measured`` tasks, and the plan's memory estimate) and
+    the ``steps`` still to run."""
+    compiled = ", eager; compiling comes first" if cfg.compile else ""
+    return (f"one meta-step: about {fmt_seconds(seconds)} and {fmt_bytes(plan.memory.needed)} "
+            f"({measured} of its {cfg.meta_batch:,} tasks timed, scaled{compiled}); about "
+            f"{fmt_seconds(seconds * steps)} for {steps:,} step(s), validation not included")
 
 
 @dataclass(frozen=True)
@@ -237,8 +296,11 @@ def meta_train(
 
     Arguments:
         sources: task samplers (default: built from ``cfg.dataset``); tests pass synthetic ones.
-        resume: continue the run in ``out`` from its ``last`` checkpoint (only ``steps`` may
-            differ from the stored config).
+        resume: continue the run in ``out`` from its ``last`` checkpoint, with the thread
+            count and strategies the run recorded where ``cfg`` leaves them to the run (0,
+            ``None``); only the fields of
+            :data:`~funcgraph.runs.meta_train_config.MAY_CHANGE_ON_RESUME` may differ from
+            the stored config.
         echo: where one-line summaries go.
         label: put before each step line the loop prints (``[trial 3] ``).
         env: this process's place in a data-parallel job (``distributed.init()``): each rank
@@ -254,6 +316,39 @@ def meta_train(
             search passes ``False`` and chooses on validation alone (``test`` is then
             ``None``).
     """
+    recorded = recorded_run(out) if resume else None
+    if recorded is not None:  # what the run resolved and the caller leaves to it
+        cfg = as_recorded(cfg, recorded)
+    with cpu_threads(cfg.threads):  # the count the run ran with, or the process's
+        return _meta_train(replace(cfg, threads=torch.get_num_threads()), out, recorded,
+                           resume=resume, device=device, sources=sources,
+                           show_progress=show_progress, echo=echo, env=env,
+                           sync_every=sync_every, tensorboard=tensorboard, place=place,
+                           on_validation=on_validation, on_step=on_step,
+                           score_test=score_test, label=label)
+
+
+def _meta_train(
+    cfg: MetaTrainConfig,
+    out: str | Path,
+    recorded: Mapping[str, Any] | None,
+    *,
+    resume: bool,
+    device: str,
+    sources: TaskSources | None,
+    show_progress: bool,
+    echo: Any,
+    env: distributed.DistEnv | None,
+    sync_every: int,
+    tensorboard: bool,
+    place: str | None,
+    on_validation: Callable[[int, Mapping[str, float]], object] | None,
+    on_step: Callable[[int], object] | None,
+    score_test: bool,
+    label: str,
+) -> MetaTrainResult:
+    """:func:`meta_train` at the run's thread count; ``recorded``: the config of the run a
+    resume continues."""
     env = env or distributed.DistEnv()
     if env.active and cfg.strategy == "measure":
         cfg = replace(cfg, strategy="auto")  # timings differ per rank; ranks must agree
@@ -267,22 +362,38 @@ def meta_train(
     if plan.memory_note is not None and env.is_main:
         echo(plan.memory_note)
     keys = RunKeys.of(cfg.seed)
-    # --max-memory may change on resume (a smaller machine): it moves rounding, not the math
-    run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps", "max_memory"),
+    changes = resume_changes(recorded, cfg) if recorded is not None else {}
+    run = Run.create(out, cfg.to_json(), resume=resume,
+                     may_change=MAY_CHANGE_ON_RESUME,
                      env=env, tensorboard=tensorboard,
                      added={"precision": "float32", "compile": False, "max_memory": None})
     try:
         optimizer = meta_optimizer(cfg)
         groups: Groups = {"params": params, "opt": optimizer.init(params)}
-        start, best_value, strategy = 0, None, None
+        start, best_value, strategy = 0, None, cfg.step_strategy
         if resume and run.has_checkpoint("last"):
-            groups, start, best_value, strategy = resumed(run, groups, dev, env)
+            groups, start, best_value, kept = resumed(run, groups, dev, env)
+            if kept is None and cfg.strategy in ("auto", "measure"):
+                if strategy is not None and env.is_main:
+                    echo(f"resumed on {dev.type}: the run's strategies were chosen for another "
+                         "device; chosen again")
+                strategy = None
+                cfg = replace(cfg, step_strategy=None, score_strategy=None)
+            strategy = strategy or kept  # a run from before config.json recorded it
+            if changes and env.is_main:
+                run.log({"kind": "resume", "step": start, "changed": changes})
+                echo(f"resumed at step {start} with " + ", ".join(
+                    f"{k} {new!r} (was {old!r})" for k, (old, new) in changes.items()))
         if place is None:  # a placement plan has put every tensor where it belongs
             groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
 
         step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every,
                              plan.chunk_size)
 
+        if start < cfg.steps and env.is_main:  # before a step of minutes: what it will cost
+            seconds, measured = estimate_step_seconds(cfg, plan, sources, dev,
+                                                      strategy=strategy)
+            echo(step_cost(cfg, plan, seconds, measured, cfg.steps - start))
         if strategy is None:
             if cfg.strategy == "measure" and env.is_main:
                 echo("measuring the strategies on the first meta-batch (a few steps)")
@@ -293,6 +404,9 @@ def meta_train(
         # The training learner stands in for the scorer: running statistics change no sizes.
         test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"],
                                       echo if env.is_main else None)
+        cfg = replace(cfg, step_strategy=strategy, score_strategy=test_strategy)
+        if env.is_main:  # what the run resolved, for --resume and funcgraph evaluate
+            run.record({k: getattr(cfg, k) for k in RECORDED_BY_THE_RUN})
         metric_name = learner.objective.metric_name
 
         def validate(step: int, groups: Groups) -> dict[str, float]:
@@ -368,15 +482,19 @@ __all__ = [
     "default_config",
     "default_model_config",
     "estimate_step_seconds",
+    "fmt_seconds",
     "eval_strategy",
     "evaluation_learner",
     "init_params",
     "meta_train",
     "model_config",
     "plan_meta_train",
+    "recorded_run",
+    "resume_changes",
     "run_model",
     "run_rates",
     "running_stats_twin",
+    "step_cost",
     "task_size",
     "train_step",
 ]
