@@ -34,11 +34,12 @@ from .functional import (
     tanh,
 )
 from .linear import conv1d, conv2d, linear
-from .norm import batch_norm, group_norm, layer_norm
+from .norm import BatchStatisticsWarning, batch_norm, group_norm, layer_norm
 from .recurrent import gru, lstm
 from .stochastic_depth import Warmup, blocks_ran, linear_decay, ran_metrics, stochastic_depth
 
 __all__ = [
+    "BatchStatisticsWarning",
     "Children",
     "ExitOutput",
     "Warmup",

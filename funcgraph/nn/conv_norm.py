@@ -40,7 +40,7 @@ from ..precision import autocast_float32, full_precision
 from ..random import Key
 from .compose import serial
 from .linear import conv2d
-from .norm import batch_norm, running_stats_update
+from .norm import batch_norm, running_stats_update, warn_if_one_example
 
 PATCH_WIDTH_RATIO = 2
 """Fuse when ``out_channels >= PATCH_WIDTH_RATIO * d`` (``d = in_channels * kh * kw``): the
@@ -122,6 +122,7 @@ def conv_batch_norm(
                                              padding=padding2, dilation=dilation2)
             if train and count < 2:  # one value per channel: the unfused pair's error
                 return unfused.apply(params, state, x, key=key, train=train)
+            warn_if_one_example("conv_batch_norm", x)
             w = params["conv.weight"]
             flat = w.reshape(out_channels, width)
             b = params.get("conv.bias")

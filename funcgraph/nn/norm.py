@@ -13,6 +13,8 @@ Running statistics are returned as new state, never updated in place.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -24,6 +26,31 @@ from ..model import Model
 from ..params import Params, State
 from ..precision import autocast_float32
 from ..random import Key
+
+
+class BatchStatisticsWarning(UserWarning):
+    """A batch norm with batch statistics normalised a batch of one example: its output
+    depends on which examples share the batch."""
+
+
+_warned_one_example = False
+"""Whether :func:`warn_if_one_example` has warned in this process (it warns once)."""
+
+
+def warn_if_one_example(fn: str, x: Tensor) -> None:
+    """Warn, once per process, when batch statistics are taken over a batch of fewer than two
+    examples outside ``torch.func`` transforms: the same image gives another output inside a
+    batch, which a user calling a trained model on one image does not expect. Inside
+    transforms the caller (a meta-learner's task) chose its batch itself."""
+    global _warned_one_example
+    if x.shape[0] < 2 and not _warned_one_example and not in_transform():
+        _warned_one_example = True
+        warnings.warn(
+            f"{fn}: batch statistics over a batch of {x.shape[0]} example(s) of shape "
+            f"{tuple(x.shape[1:])}: the output differs from the same example's inside a batch; "
+            f"pass a batch of examples (e.g. a task's whole query set), or use running "
+            f"statistics (track_running_stats=True, train=False)",
+            BatchStatisticsWarning, stacklevel=3)
 
 
 def running_stats_update(
@@ -87,6 +114,8 @@ def batch_norm(
                 f"{tuple(x.shape)}; use a larger batch or train=False"
             )
         new_state = state
+        if use_batch:
+            warn_if_one_example("batch_norm", x)
         if use_batch and not in_transform() and x.numel() > num_features:
             # (the native kernel refuses one value per channel; the form below gives var 0)
             if train and track_running_stats:  # copies: the native kernel updates in place
@@ -178,4 +207,5 @@ def group_norm(
                                              "num_channels": num_channels})
 
 
-__all__ = ["batch_norm", "group_norm", "layer_norm", "running_stats_update"]
+__all__ = ["BatchStatisticsWarning", "batch_norm", "group_norm", "layer_norm",
+           "running_stats_update", "warn_if_one_example"]
