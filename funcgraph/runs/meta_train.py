@@ -67,7 +67,7 @@ from ..train import (
     sgd,
 )
 from ..train.ownership import CONFIG_FILE
-from .compile_note import compile_note, fallbacks_to, remember_compile, signature
+from .compile_note import OUTCOMES, CompileReporter, compile_note, signature
 from .curves import write_curves
 from .memory import fmt_bytes
 from .meta_plan import (
@@ -364,7 +364,7 @@ def _meta_train(
     keys = RunKeys.of(cfg.seed)
     changes = resume_changes(recorded, cfg) if recorded is not None else {}
     run = Run.create(out, cfg.to_json(), resume=resume,
-                     may_change=MAY_CHANGE_ON_RESUME,
+                     may_change=(*MAY_CHANGE_ON_RESUME, *OUTCOMES),
                      env=env, tensorboard=tensorboard,
                      added={"precision": "float32", "compile": False, "max_memory": None})
     try:
@@ -389,6 +389,9 @@ def _meta_train(
 
         step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every,
                              plan.chunk_size)
+        # compiling: its cache folder set now, its lines and records (measure's probe too)
+        reporter = CompileReporter(cfg, run if env.is_main else None,
+                                   echo if env.is_main else None, start=start)
 
         if start < cfg.steps and env.is_main:  # before a step of minutes: what it will cost
             seconds, measured = estimate_step_seconds(cfg, plan, sources, dev,
@@ -397,10 +400,11 @@ def _meta_train(
         if strategy is None:
             if cfg.strategy == "measure" and env.is_main:
                 echo("measuring the strategies on the first meta-batch (a few steps)")
-            strategy = resolve_strategy(cfg.strategy, dev,
-                                        examples_per_task=task_size(sources.train),
-                                        probe=lambda s: step_fn(start, groups, s),
-                                        compiled=cfg.compile)
+            with reporter:
+                strategy = resolve_strategy(cfg.strategy, dev,
+                                            examples_per_task=task_size(sources.train),
+                                            probe=lambda s: step_fn(start, groups, s),
+                                            compiled=cfg.compile)
         # The training learner stands in for the scorer: running statistics change no sizes.
         test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"],
                                       echo if env.is_main else None)
@@ -433,18 +437,14 @@ def _meta_train(
             if on_validation is not None:
                 on_validation(step, figures)
 
-        started = time.perf_counter()
-
         def after_step(step: int) -> None:
-            if cfg.compile and step == start + 1 and learner.schedule is None:
-                remember_compile(use_compile_cache(), signature(cfg),
-                                 time.perf_counter() - started)
+            reporter.at(step)
             if on_step is not None:
                 on_step(step)
 
         if start < cfg.steps:
             with_validation = cfg.validate_every and env.is_main
-            with fallbacks_to(echo):
+            with reporter:
                 groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
                                   start_step=start,
                                   validate=validate if with_validation else None,
