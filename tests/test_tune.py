@@ -94,6 +94,23 @@ def options(tmp_path: Path, **kw: object) -> TuneOptions:
      "[space] first_order_fraction: maml has no first_order_until setting (it is mamlpp's)"),
     ('[fixed]\nimaml_lambda = 1.0\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
      "[fixed] imaml_lambda: maml has no imaml_lambda setting"),
+    ('[study]\nalgo = "maml"\ndataset = "glyphs"\ntasks = "5way0shot"\n[space]\n'
+     'inner_lr = { low = 0.1, high = 1.0 }', "[study] tasks = '5way0shot' is refused: task spec "
+     "'5way0shot': TaskSpec: shots must be an int >= 1, got 0"),
+    ('[study]\ndataset = "sinusoid"\ntasks = "5way"\n[space]\n'
+     'inner_lr = { low = 0.1, high = 1.0 }', "[study] tasks = '5way' is refused: sinusoid task "
+     "spec '5way' is not of the form '<K>shot'"),
+    ('[study]\ntasks = 5\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "[study] tasks = 5: expected a string, e.g. tasks = '5way1shot'"),
+    ('[study]\nimage_size = 4\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "[study] image_size = 4 is refused: image_size: the size must be an int >= 8, got 4"),
+    ('[fixed]\nfirst_order = 1\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "[fixed] first_order: a flag must be True or False, got 1 (int)"),
+    ('[space]\nrotate = { choices = ["yes", "no"] }',
+     "[space] rotate: a flag must be True or False, got 'yes' (str)"),
+    ('[fixed]\nthreads = 2\n[space]\ninner_lr = { low = 0.1, high = 1.0 }',
+     "[fixed] threads: 'threads' is not set in a space's [fixed] or [space] (give the trials' "
+     "threads with tune run --threads)"),
 ])
 def test_a_bad_space_is_one_line_before_anything_runs(tmp_path: Path, space: str,
                                                       expected: str) -> None:
@@ -104,6 +121,20 @@ def test_a_bad_space_is_one_line_before_anything_runs(tmp_path: Path, space: str
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and expected in lines[0], result.output
     assert not (tmp_path / "s").exists(), "a refused space must not create the study"
+
+
+def test_a_spec_the_data_cannot_fill_is_one_line_before_the_first_trial(tmp_path: Path) -> None:
+    """What needs the data (a spec's shots against each class's examples) is checked when
+    the study starts, before a trial or a study directory exists."""
+    path = tmp_path / "bad.toml"
+    path.write_text('[study]\nalgo = "maml"\ndataset = "glyphs"\ntasks = "5way30shot"\n'
+                    '[space]\ninner_lr = { low = 0.1, high = 1.0 }')
+    result = runner.invoke(app, ["tune", "run", str(path), "--study", str(tmp_path / "s")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "space: the study's run is refused: task spec 5way30shot1query: 30 shots + 1 " \
+        "queries need 31 examples per class" in lines[0], lines
+    assert not (tmp_path / "s").exists(), "no study, no trial"
 
 
 def test_trials_are_run_directories_chosen_on_validation(tmp_path: Path) -> None:
@@ -234,6 +265,8 @@ def test_an_interrupted_trial_resumes_from_its_checkpoint(tmp_path: Path,
     assert first.state.name == "FAIL" and first.user_attrs["interrupted"]
     assert retry.state.name == "COMPLETE" and origin(retry) == 0
     assert retry.params == first.params and calls == [False, True]
+    assert retry.user_attrs["cpu_of"] == 1 and first.user_attrs["cpu_of"] == 0, (
+        "each attempt's CPU seconds are its own")
     assert any("retrying interrupted trial(s) 0" in line for line in lines), lines
     assert any(line.startswith("trial 1 (retry of trial 0, in trials/trial-0000): mse")
                for line in lines), lines
@@ -308,8 +341,9 @@ def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path
     assert command is not None and command.startswith("funcgraph meta-train --algo maml")
     best = study.best_trial
     assert repr(best.params["inner_lr"]) in command, "the exact value, not a rounding"
+    assert command.endswith(" --device cpu --threads 1"), "what the trial ran on"
     out = tmp_path / "again"
-    result = runner.invoke(app, [*shlex.split(command)[1:], "--threads", "1", "--out", str(out)])
+    result = runner.invoke(app, [*shlex.split(command)[1:], "--out", str(out)])
     assert result.exit_code == 0, (command, result.output)
     assert best_validation(out, "mse") == best.value, "the printed command is the trial"
     result = runner.invoke(app, ["tune", "show", str(opts.study_dir), "--json"])
@@ -323,6 +357,42 @@ def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path
     assert "front (no other complete trial is as good at both" in result.output
     for name in ("history.png", "cost.png"):
         assert (opts.study_dir / "plots" / name).stat().st_size > 1000
+
+
+def test_the_best_command_names_every_value_and_reproduces_a_fomaml_trial(
+        tmp_path: Path) -> None:
+    """``--threads``, ``--device`` and every value of the space, a default included; a
+    ``False`` flag that meta-train has no off switch for stays on the line as a comment."""
+    import shlex
+
+    from funcgraph.runs.tune_objective import best_validation
+
+    space = tmp_path / "fomaml.toml"
+    space.write_text(TINY.format(fixed="first_order = false").replace(
+        'algo = "maml"', 'algo = "fomaml"'))
+    result = runner.invoke(app, ["tune", "run", str(space), "--study", str(tmp_path / "study"),
+                                 "--trials", "2", "--threads", "1", "--pruner", "none"])
+    assert result.exit_code == 0, result.output
+    shown = runner.invoke(app, ["tune", "show", str(tmp_path / "study"), "--no-plots",
+                                "--json"])
+    assert shown.exit_code == 0, shown.output
+    [summary] = [json.loads(line) for line in shown.output.splitlines() if '"best_trial"' in line]
+    command = summary["command"]
+    study = optuna.load_study(study_name="study",
+                              storage=f"sqlite:///{tmp_path / 'study' / 'study.db'}")
+    best = study.best_trial
+    assert f"  {command}" in shown.output.splitlines(), "show prints the same command"
+    words = shlex.split(command, comments=True)
+    assert command.endswith("# first_order=false (meta-train's default: the flag left out)")
+    assert words[words.index("--threads") + 1] == "1" and "--device" in words, command
+    assert words[words.index("--inner-lr") + 1] == repr(best.params["inner_lr"]), command
+    assert words[words.index("--inner-steps") + 1] == str(best.params["inner_steps"]), command
+    assert words[words.index("--meta-batch") + 1] == "4", "a fixed value is named"
+    out = tmp_path / "again"
+    again = runner.invoke(app, [*words[1:], "--out", str(out)])
+    assert again.exit_code == 0, (command, again.output)
+    assert json.loads((out / "config.json").read_text())["first_order"] is False
+    assert best_validation(out, "mse") == best.value, "the printed command is the trial"
 
 
 def row(number: int, value: float | None, cpu_s: float, state: str = "complete",
@@ -387,7 +457,7 @@ def test_confirm_runs_the_best_settings_with_each_seed(tmp_path: Path) -> None:
     assert all(json.loads((Path(r["run_dir"]) / "config.json").read_text())["test_episodes"]
                == 3 for r in runs)
     again = runner.invoke(app, args)  # finished runs are read back, not run again
-    assert again.exit_code == 0 and "confirm trial" not in again.output
+    assert again.exit_code == 0 and "confirm trial" not in again.output, again.output
     # A directory holding other settings is refused, never credited to these.
     [run_dir] = {Path(r["run_dir"]) for r in runs if r["seed"] == 0}
     config = json.loads((run_dir / "config.json").read_text())

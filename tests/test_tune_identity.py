@@ -55,8 +55,9 @@ def test_joining_a_study_with_another_space_is_one_line(tmp_path: Path) -> None:
     code, lines = run("run", str(other), "--study", str(tmp_path / "second"), "--storage",
                       journal, "--study-name", "first", "--trials", "1", "--threads", "1")
     assert code == 2 and len(lines) == 1, lines
-    assert "study 'first' in journal:" in lines[0], lines
-    assert "([fixed] steps = 4 there, 6 here)" in lines[0], "names what differs"
+    assert f"study 'first' in journal:{tmp_path / 'shared.journal'} belongs to the study " \
+        f"directory {tmp_path / 'first'}, not {tmp_path / 'second'}" in lines[0], lines
+    assert "another space: [fixed] steps = 4 there, 6 here)" in lines[0], "names what differs"
     assert (tmp_path / "shared.journal").read_bytes() == before, "nothing added to the store"
     assert not (tmp_path / "second").exists(), "a refused study leaves no directory"
     widened = tmp_path / "widened.toml"
@@ -72,6 +73,41 @@ def test_joining_a_study_with_another_space_is_one_line(tmp_path: Path) -> None:
     code, lines = run("show", str(tmp_path / "first"), "--no-plots")
     assert code == 0 and (tmp_path / "shared.journal").read_bytes() == before, (
         "reading a study writes nothing to its store")
+
+
+def test_a_second_directory_with_the_same_name_is_refused_naming_both(tmp_path: Path) -> None:
+    """``--study x/maml`` and ``--study y/maml`` on one store: the second is refused (it would
+    join the first's study, whose trials live under x/), until it picks its own name."""
+    journal = f"journal:{tmp_path / 'shared.journal'}"
+    space = str(space_file(tmp_path))
+    code, lines = run("run", space, "--study", str(tmp_path / "x" / "maml"), "--storage",
+                      journal, "--trials", "1", "--threads", "1")
+    assert code == 0, lines
+    record = json.loads((tmp_path / "x" / "maml" / "study.json").read_text())
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "shared.journal")))
+    attrs = optuna.load_study(study_name="maml", storage=storage).user_attrs
+    assert attrs["directory_id"] == record["directory_id"], "the store and the directory agree"
+    assert attrs["directory"] == str(tmp_path / "x" / "maml")
+    before = (tmp_path / "shared.journal").read_bytes()
+    for trials in ("1", "2"):
+        code, lines = run("run", space, "--study", str(tmp_path / "y" / "maml"), "--storage",
+                          journal, "--trials", trials, "--threads", "1")
+        assert code == 2 and len(lines) == 1, lines
+        assert (f"belongs to the study directory {tmp_path / 'x' / 'maml'}, not "
+                f"{tmp_path / 'y' / 'maml'}") in lines[0] and "--study-name NAME" in lines[0], lines
+    assert (tmp_path / "shared.journal").read_bytes() == before, "nothing added to the store"
+    assert not (tmp_path / "y").exists(), "a refused study leaves no directory"
+    code, lines = run("run", space, "--study", str(tmp_path / "y" / "maml"), "--storage",
+                      journal, "--study-name", "maml-y", "--trials", "1", "--threads", "1")
+    assert code == 0, lines
+    assert sorted(optuna.get_all_study_names(storage)) == ["maml", "maml-y"]
+    assert len(optuna.load_study(study_name="maml", storage=storage).trials) == 1
+    assert (tmp_path / "y" / "maml" / "trials" / "trial-0000").is_dir()
+    # A directory moved elsewhere is still its study's: the id travels in study.json.
+    (tmp_path / "x" / "maml").rename(tmp_path / "moved")
+    code, lines = run("show", str(tmp_path / "moved"), "--no-plots")
+    assert code == 0 and any(line.startswith("best: trial 0") for line in lines), lines
 
 
 def test_a_relative_journal_is_remembered_from_any_directory(
@@ -126,5 +162,6 @@ def test_a_replaced_store_is_refused_and_no_trial_directory_is_taken(tmp_path: P
     assert code == 2 and len(lines) == 1, lines
     assert "holds no study 'study' (it holds 'unrelated')" in lines[0], lines
     record = json.loads((opts.study_dir / "study.json").read_text())
-    assert record == {"study_name": "study", "storage": None}
+    assert set(record) == {"study_name", "storage", "directory_id"}, record
+    assert (record["study_name"], record["storage"]) == ("study", None)
     assert not (opts.study_dir / "trials" / "trial-0001").exists()

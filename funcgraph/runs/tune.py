@@ -7,7 +7,8 @@ looked at), the budget (trials, wall seconds, CPU hours, a CPU cap per trial), a
 directory::
 
     STUDY/space.toml        the space the study was started with (a later start must match)
-    STUDY/study.json        the study's name and storage (tune show and confirm read it)
+    STUDY/study.json        the study's name, storage and directory id (show and confirm
+                            read it; the study's attributes hold the same id)
     STUDY/study.db          the SQLite study store (unless --storage names another)
     STUDY/trials/trial-0007 trial 7's run directory: config, metrics, checkpoints, curves
 
@@ -17,7 +18,9 @@ and the study goes on. Ctrl-C saves the running trial's checkpoint and exits; th
 again retries each interrupted trial with the same settings, resuming from its checkpoint in
 its own run directory (so no step is trained twice), and then samples on. A trial whose process
 was killed is retried the same way: with the default store at the next start (the directory
-lock says no process is running it), with an RDB store by Optuna's heartbeat.
+lock says no process is running it), with an RDB store by Optuna's heartbeat, and a worker of
+``--workers`` that dies is seen by the command at once, which queues its trial for the living
+workers (:func:`lost_worker`).
 
 The study (options, storage, pruner, which trials count and which are retried) is
 :mod:`~funcgraph.runs.tune_study`; one trial is :mod:`~funcgraph.runs.tune_objective`; the
@@ -30,6 +33,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,8 +42,9 @@ from ..errors import ConfigError, RunDirectoryError
 from ..files import atomic_write
 from ..plugins import import_plugins
 from ..train.ownership import OWN_FILES, RunLock
+from .tune_identity import LOCK_FILE
 from .tune_objective import Objective, describe
-from .tune_space import check_model_knobs, parse_space
+from .tune_space import check_run, parse_space
 from .tune_study import (
     SPACE_FILE,
     Echo,
@@ -48,7 +53,8 @@ from .tune_study import (
     finished,
     metric_of,
     open_study,
-    recover,
+    origin,
+    retry_unfinished,
 )
 
 
@@ -132,16 +138,29 @@ def keep_space(opts: TuneOptions) -> None:
         atomic_write(stored, opts.space.text.encode())
 
 
-def _remove_if_bare(folder: Path) -> None:
-    """Remove ``folder`` if it holds nothing but its lock files: a study directory this call
-    made for a study that was refused."""
+def _remove_if_bare(folder: Path, made: Path) -> None:
+    """Remove ``folder`` if it holds nothing but its lock files, and its empty parents up to
+    ``made``: the study directory (and the folders above it) this call made for a study
+    that was refused."""
     try:
-        if all(p.name in OWN_FILES for p in folder.iterdir()):
+        if all(p.name in OWN_FILES | {LOCK_FILE} for p in folder.iterdir()):
             for p in folder.iterdir():
                 p.unlink()
             folder.rmdir()
+            while folder != made and not any(folder.parent.iterdir()):
+                folder = folder.parent
+                folder.rmdir()
     except OSError:
         pass  # another process wrote there meanwhile: leave it
+
+
+def _first_missing(folder: Path) -> Path:
+    """The outermost of ``folder`` and its parents that does not exist (``folder`` itself
+    where its parent does)."""
+    missing = folder.absolute()
+    while not missing.parent.exists():
+        missing = missing.parent
+    return missing
 
 
 def _toml(path: Path) -> dict[str, Any]:
@@ -156,34 +175,42 @@ def tune(opts: TuneOptions, echo: Echo = print) -> Any:
     With ``workers > 1`` the workers are spawned processes on the one study; Ctrl-C reaches
     each, which saves its trial, and the study can be resumed by running the same call.
     """
-    check_model_knobs(opts.space)
+    check_run(opts.space)
     fresh = not opts.study_dir.exists()
+    made = _first_missing(opts.study_dir)
     lock = prepare(opts)
     opened = False
     try:
         study = open_study(opts)
         opened = True
         keep_space(opts)
-        again = recover(study, owned=not opts.shared)
+        again = retry_unfinished(opts, study)
         if again:
             echo(f"retrying interrupted trial(s) {', '.join(map(str, again))} from their "
                  "checkpoints")
         if opts.workers == 1:
             run_worker(opts, 0, echo)
         else:
-            _run_workers(opts)
+            _run_workers(opts, echo)
         return open_study(opts)
     finally:
         if lock is not None:
             lock.release()
         if fresh and not opened:  # a refused study leaves no directory behind
-            _remove_if_bare(opts.study_dir)
+            _remove_if_bare(opts.study_dir.absolute(), made)
 
 
-def _run_workers(opts: TuneOptions) -> None:
+def _run_workers(opts: TuneOptions, echo: Echo = print) -> None:
     """Run ``opts.workers`` spawned workers to the end. A Ctrl-C reaches every process of
     the terminal's group; a SIGTERM sent to this process alone is passed on to each worker,
-    so either way every worker saves its trial before this one returns."""
+    so either way every worker saves its trial before this one returns.
+
+    A worker that dies on its own (``kill -9``, the out-of-memory killer) is seen at once:
+    its running trial is failed and queued to be retried (:func:`lost_worker`), so a worker
+    still running takes it up. The command then ends as the study does: with the budget
+    spent it exits normally, with a line for each lost worker naming its trial's retry."""
+    from multiprocessing.connection import wait
+
     context = multiprocessing.get_context("spawn")
     workers = [context.Process(target=_worker_main, args=(opts, i), daemon=False)
                for i in range(opts.workers)]
@@ -199,11 +226,19 @@ def _run_workers(opts: TuneOptions) -> None:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     if main:
         signal.signal(signal.SIGTERM, pass_on)
+    lost: list[tuple[int, multiprocessing.process.BaseProcess]] = []
     try:
         for w in workers:
             w.start()
-        for w in workers:
-            w.join()
+        running = list(workers)
+        while running:
+            ended = wait([w.sentinel for w in running])
+            for w in [w for w in running if w.sentinel in ended]:
+                w.join()
+                running.remove(w)
+                if w.exitcode != 0:
+                    lost.append((workers.index(w), w))
+                    lost_worker(opts, w.pid)
     except KeyboardInterrupt:
         if main:  # a second Ctrl-C or stop: still wait for the workers' checkpoints
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -215,10 +250,49 @@ def _run_workers(opts: TuneOptions) -> None:
         if main:
             for sig, handler in previous.items():
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-    codes = [w.exitcode for w in workers]
-    if any(c not in (0, None) for c in codes):
-        raise RunDirectoryError(f"tune: worker exit codes {codes}; the study keeps every "
-                                "finished trial, run the same command to resume")
+    if not lost:
+        return
+    study = open_study(opts)
+    lines = [lost_line(study, i, w.pid, w.exitcode) for i, w in lost]
+    if _spent(study, opts):
+        for line in lines:
+            echo(f"{line}; the study met its budget")
+        return
+    raise RunDirectoryError(f"tune: {'; '.join(lines)}; the study keeps every finished "
+                            "trial, run the same command to go on")
 
 
-__all__ = ["TuneOptions", "keep_space", "prepare", "run_worker", "stop_on_sigterm", "tune"]
+def _process(pid: int | None) -> str:
+    """A worker's ``process`` attribute (see the objective)."""
+    return f"{socket.gethostname()} pid {pid}"
+
+
+def lost_worker(opts: TuneOptions, pid: int | None) -> list[int]:
+    """Fail the trials a dead worker (process ``pid`` of this host) left running and queue
+    their retries (under the study's lock, as a start does), so the living workers take
+    them up. Returns the numbers of the trials queued."""
+    return retry_unfinished(opts, open_study(opts), dead=_process(pid))
+
+
+def lost_line(study: Any, worker: int, pid: int | None, code: int | None) -> str:
+    """What became of a lost worker's trial: ``worker 1 (pid 4242) was killed by SIGKILL
+    in trial 3, retried as trial 5 (complete)``."""
+    how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+           and -code in signal.Signals._value2member_map_ else f"exited with code {code}")
+    trials = study.get_trials(deepcopy=False)
+    mine = [t for t in trials if t.user_attrs.get("process") == _process(pid)
+            and t.state.name == "FAIL" and "failure" not in t.user_attrs]
+    parts = []
+    for t in mine:
+        retries = [r for r in trials if origin(r) == origin(t) and r.number > t.number]
+        state = retries[0].state.name.lower() if retries else ""
+        fate = (f"queued to be retried as trial {retries[0].number}" if state == "waiting"
+                else f"retried as trial {retries[0].number} ({state})" if retries
+                else "not retried (it has been retried as often as allowed)")
+        parts.append(f"in trial {t.number}, {fate}")
+    return f"worker {worker} (pid {pid}) {how}" + (f" {'; '.join(parts)}" if parts else
+                                                   " between trials")
+
+
+__all__ = ["TuneOptions", "keep_space", "lost_line", "lost_worker", "prepare", "run_worker",
+           "stop_on_sigterm", "tune"]

@@ -1,24 +1,36 @@
 """Which study a study directory is: its name and storage, remembered in ``STUDY/study.json``,
 and what the study is about, stored with it as Optuna study attributes.
 
-A study is named after its directory (or ``--study-name``), so two directories pointed at
-one shared store hold two studies, not one merged by accident. The directory remembers the
-storage it was started on, so ``tune show DIR`` needs no ``--storage``. The study's attributes
-(``algo``, ``dataset``, ``tasks``, ``metric``, ``fixed``, ``space``, ``space_toml``) say what
-it was, to funcgraph and to plain Optuna (``optuna.load_study(...).user_attrs``,
-``optuna trials``); joining a study with another space or target is refused. A directory
-whose store has lost its study (a zero-length ``study.db`` left by a full disk, an empty or
-replaced database) is refused, never started again over the old trial directories.
+A study is named after its directory (or ``--study-name``), and it belongs to that directory:
+the first start writes an id into ``study.json`` and the same id (with the directory's
+absolute path, for messages) into the study's attributes, so a second directory given the
+same name on one shared store is refused in one line naming both directories, never merged
+into the first one's study (its retries would look for checkpoints in the other directory).
+The directory remembers the storage it was started on, so ``tune show DIR`` needs no
+``--storage``. The study's attributes (``algo``, ``dataset``, ``tasks``, ``metric``,
+``fixed``, ``space``, ``space_toml``, ``directory``, ``directory_id``) say what it was, to
+funcgraph and to plain Optuna (``optuna.load_study(...).user_attrs``, ``optuna trials``);
+joining a study with another space or target is refused. A directory whose store has lost
+its study (a zero-length ``study.db`` left by a full disk, an empty or replaced database) is
+refused, never started again over the old trial directories.
+
+Starts take turns: :func:`study_lock` (a file lock in the directory) is held while a start
+reads and writes the record and the attributes, and while it queues retries, so two
+processes starting one study at once agree on its id and queue a retry once.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RunDirectoryError
 from ..files import atomic_write
 from .tune_space import SearchSpace
 
@@ -27,6 +39,11 @@ DB_FILE = "study.db"
 TRIALS_DIR = "trials"
 IDENTITY_KEYS = ("algo", "dataset", "tasks", "fixed", "space")
 """Study attributes that must match for a directory to join a study that exists."""
+LOCK_FILE = ".study.lock"
+LOCK_WAIT_S = 300.0
+"""Seconds a start waits for another start of the same directory to finish its turn."""
+OWNER_WAIT_S = 5.0
+"""Seconds a start waits for the attributes of a study another start has just created."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,9 @@ class StudyRecord:
     name: str
     storage: str | None
     db_path: Path = Path(DB_FILE)
+    directory_id: str | None = None
+    """The id the directory's first start wrote (``None``: not started yet, or started before
+    directories had ids); the study's ``directory_id`` attribute holds the same."""
 
     @property
     def url(self) -> str:
@@ -49,7 +69,8 @@ class StudyRecord:
         return self.storage if self.storage is not None else f"sqlite:///{self.db_path}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"study_name": self.name, "storage": self.storage}
+        return {"study_name": self.name, "storage": self.storage,
+                **({"directory_id": self.directory_id} if self.directory_id else {})}
 
 
 def study_record(study_dir: Path, *, name: str | None = None,
@@ -64,7 +85,8 @@ def study_record(study_dir: Path, *, name: str | None = None,
         return StudyRecord(name or study_dir.resolve().name, storage, db)
     try:
         data = json.loads(path.read_text())
-        recorded = StudyRecord(str(data["study_name"]), data.get("storage"), db)
+        recorded = StudyRecord(str(data["study_name"]), data.get("storage"), db,
+                               data.get("directory_id"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: unreadable ({type(e).__name__}); it names the study and "
                           "its storage: restore it from a backup") from None
@@ -123,10 +145,32 @@ def no_study(study_dir: Path, record: StudyRecord, names: list[str]) -> str:
 
 
 def remember(study_dir: Path, record: StudyRecord) -> None:
-    """Write ``study.json`` (once the study exists in its store)."""
+    """Write ``study.json`` (once the study exists in its store), or add the directory's id
+    to one written before directories had ids."""
     path = study_dir / STUDY_FILE
-    if not path.is_file():
-        atomic_write(path, (json.dumps(record.to_json(), indent=1) + "\n").encode())
+    if path.is_file() and json.loads(path.read_text()) == record.to_json():
+        return
+    atomic_write(path, (json.dumps(record.to_json(), indent=1) + "\n").encode())
+
+
+@contextmanager
+def study_lock(study_dir: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold ``STUDY/.study.lock`` (an OS file lock, released if the process dies) while a
+    start reads and writes what identifies the study, or queues retries: two processes
+    starting the same directory at once take turns."""
+    from filelock import FileLock, Timeout
+
+    study_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(study_dir / LOCK_FILE), timeout=wait_s)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunDirectoryError(f"{study_dir}: another start has held {LOCK_FILE} for "
+                                f"{wait_s:.0f} s; is a tune process there stuck?") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def check_store(study_dir: Path, record: StudyRecord) -> None:
@@ -155,23 +199,59 @@ def attributes(space: SearchSpace, metric: str) -> dict[str, Any]:
             "space": knobs, "space_toml": space.text}
 
 
-def check_identity(study: Any, record: StudyRecord, space: SearchSpace, metric: str, *,
-                   write: bool = True) -> None:
-    """Give a study without attributes (a new one) its attributes, where ``write``; refuse
-    to join one started with another space or target, naming what differs."""
-    mine = attributes(space, metric)
+def check_identity(study: Any, record: StudyRecord, space: SearchSpace, metric: str,
+                   study_dir: Path, *, write: bool = True, created: bool = False
+                   ) -> StudyRecord:
+    """Refuse a study that belongs to another directory, or was started with another space
+    or target, naming what differs; where ``write``, give a new study (``created`` by this
+    start, or one without attributes) its attributes and its directory's id, written last.
+    Returns ``record`` with the directory's id (new, or the one the study holds).
+
+    Call it under :func:`study_lock` where ``write``: a start of the same directory then
+    sees this one's ``study.json``, and one of another directory that loses the race to
+    create the study waits up to :data:`OWNER_WAIT_S` for the winner's attributes."""
     held = study.user_attrs
-    if not held:
-        for key, value in (mine.items() if write else ()):
-            study.set_user_attr(key, value)
-        return
-    differ = [_difference(k, held.get(k), mine[k]) for k in IDENTITY_KEYS
-              if _canonical(held.get(k)) != _canonical(mine[k])]
+    if write and not created and "directory_id" not in held and not started(study_dir):
+        deadline = time.monotonic() + OWNER_WAIT_S
+        while "directory_id" not in held and time.monotonic() < deadline:
+            time.sleep(0.1)
+            held = study.user_attrs
+    here = str(study_dir.resolve())
+    where = record.storage or DB_FILE
+    differ = [_difference(k, held.get(k), mine) for k, mine in
+              attributes(space, metric).items() if k in IDENTITY_KEYS and held
+              and _canonical(held.get(k)) != _canonical(mine)]
+    if "directory_id" in held:
+        ours = held["directory_id"] == record.directory_id or (
+            record.directory_id is None and held.get("directory") == here)
+        if not ours:
+            raise ConfigError(_elsewhere(record, where, str(held.get("directory")), study_dir,
+                                         differ))
+        record = replace(record, directory_id=str(held["directory_id"]))
+    elif held and not started(study_dir):  # started before directories had ids
+        raise ConfigError(_elsewhere(record, where, "another study directory", study_dir,
+                                     differ))
     if differ:
-        where = record.storage or DB_FILE
         raise ConfigError(f"study {record.name!r} in {where} was started with another space "
                           f"({'; '.join(differ)}); give this study its own name "
                           "(--study-name NAME, or another study directory)")
+    if write and "directory_id" not in held:
+        if not held:
+            for key, value in attributes(space, metric).items():
+                study.set_user_attr(key, value)
+        record = replace(record, directory_id=record.directory_id or uuid.uuid4().hex)
+        study.set_user_attr("directory", here)
+        study.set_user_attr("directory_id", record.directory_id)  # last: the study is claimed
+    return record
+
+
+def _elsewhere(record: StudyRecord, where: str, owner: str, study_dir: Path,
+               differ: list[str]) -> str:
+    """The line that refuses a directory joining another directory's study."""
+    also = f" (and was started with another space: {'; '.join(differ)})" if differ else ""
+    return (f"study {record.name!r} in {where} belongs to the study directory {owner}, not "
+            f"{study_dir.resolve()}{also}; give this directory a study of its own with "
+            "--study-name NAME, or run that study with --study on its own directory")
 
 
 def _difference(key: str, held: Any, mine: Any) -> str:
@@ -200,6 +280,6 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-__all__ = ["DB_FILE", "IDENTITY_KEYS", "STUDY_FILE", "TRIALS_DIR", "StudyRecord", "absolute",
-           "attributes", "check_identity", "check_store", "no_study", "remember", "started",
-           "store_file", "study_record"]
+__all__ = ["DB_FILE", "IDENTITY_KEYS", "LOCK_FILE", "STUDY_FILE", "TRIALS_DIR", "StudyRecord",
+           "absolute", "attributes", "check_identity", "check_store", "no_study", "remember",
+           "started", "store_file", "study_lock", "study_record"]

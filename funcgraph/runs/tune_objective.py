@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import ConfigError
 from ..plugins import import_recorded
 from ..train import Run
@@ -22,6 +24,7 @@ from .tune_study import (
     TRIALS_DIR,
     Echo,
     TuneOptions,
+    attempt_cpu_s,
     higher_is_better,
     metric_of,
     origin,
@@ -82,10 +85,17 @@ class Objective:
         drawn = {k.name: draw(trial, k) for k in space.knobs}
         first = origin(trial.study.get_trials(deepcopy=False)[trial.number])
         out = trial_dir(self.opts.study_dir, first)
+        # Optuna's retry copies the failed attempt's user attributes: each is set anew.
         trial.set_user_attr("run_dir", str(out.relative_to(self.opts.study_dir)))
         trial.set_user_attr("worker", self.worker)
         trial.set_user_attr("process", f"{socket.gethostname()} pid {os.getpid()}")
-        trial.set_user_attr("interrupted", False)  # a retry carries its attempt's attributes
+        trial.set_user_attr("interrupted", False)
+        trial.set_user_attr("cpu_s", 0.0)
+        trial.set_user_attr("cpu_of", trial.number)  # cpu_s is this attempt's from here on
+        # What the result depends on beside the config, for the command that reproduces it
+        # (the threads again at the first step: a retry resumes with its run's count).
+        trial.set_user_attr("threads", torch.get_num_threads())
+        trial.set_user_attr("device", self.opts.device)
         tag = f"trial {trial.number}" + (
             f" (retry of trial {first})" if first != trial.number else "")
 
@@ -145,6 +155,7 @@ class Objective:
             def early(step: int) -> None:
                 if not begun:  # the first step here: a retry resumed after `step - 1`
                     begun.append(step - 1)
+                    trial.set_user_attr("threads", torch.get_num_threads())
                     catch_up()
                 if step - begun[0] == CAP_CHECK_STEPS:
                     over_cap(step)
@@ -187,7 +198,7 @@ def draw(trial: Any, knob: Any) -> Any:
 def describe(trial: Any, metric: str = "acc") -> str:
     """One line for a finished trial."""
     state = trial.state.name.lower()
-    cpu = f"{float(trial.user_attrs.get('cpu_s', 0)):.0f} CPU s"
+    cpu = f"{attempt_cpu_s(trial):.0f} CPU s"
     params = " ".join(f"{k}={shown_setting(v)}" for k, v in trial.params.items())
     name = f"trial {trial.number}" + (
         f" (retry of trial {origin(trial)}, in {trial.user_attrs.get('run_dir')})"

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import shlex
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..checks import option
+from ..errors import ConfigError
 from .meta_train_config import MetaTrainConfig, default_config
-from .tune_space import OPTION_NAMES, SearchSpace
-from .tune_study import higher_is_better, origin, shown_setting, shown_value
+from .tune_space import FRACTIONS, MODEL_PREFIX, OPTION_NAMES, SearchSpace
+from .tune_study import attempt_cpu_s, higher_is_better, origin, shown_setting, shown_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,7 +34,7 @@ FLAG_OPTIONS: dict[str, tuple[str | None, str | None]] = {
     "remat": ("--remat", None),
     "bn_running_stats": ("--bn-running-stats", None),
     "inner_minibatches": ("--inner-minibatches", "--inner-full-batch"),
-    "compile": ("--compile", None),
+    "compile": ("--compile", "--no-compile"),
 }
 """``meta-train``'s on and off flags of each boolean config field."""
 
@@ -58,27 +60,34 @@ class TrialRow:
                 "run_dir": self.run_dir, **({"reason": self.reason} if self.reason else {})}
 
 
+LOST = "killed or lost: its process ended without a word"
+"""A failed trial's reason where none was recorded: no exception, no Ctrl-C (``kill -9``, the
+out-of-memory killer, a machine gone; failed by the next start or Optuna's heartbeat)."""
+
+
 def trial_rows(study: Any) -> list[TrialRow]:
-    """Every trial that ran, in order; ``step`` is the attempt's last validated step."""
+    """Every trial that ran, in order; ``step`` is the attempt's last validated step, and a
+    failed trial's ``reason`` says why (its error, ``interrupted``, or :data:`LOST`) and what
+    retried it."""
     rows = []
-    retried_as = {origin(t): t.number for t in study.get_trials(deepcopy=False)
-                  if origin(t) != t.number}
-    for t in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
         if t.state.name == "WAITING":
             continue
         steps = max(max(t.intermediate_values, default=0), int(t.user_attrs.get("validated", 0)))
         run_dir = t.user_attrs.get("run_dir")
         reason = t.user_attrs.get("failure") or (
-            "interrupted" if t.user_attrs.get("interrupted") else None)
-        if reason == "interrupted" and retried_as.get(origin(t), t.number) > t.number:
-            reason = f"interrupted; retried as trial {retried_as[origin(t)]}"
+            "interrupted" if t.user_attrs.get("interrupted") else
+            LOST if t.state.name == "FAIL" else None)
+        after = [r.number for r in trials if origin(r) == origin(t) and r.number > t.number]
+        if reason in ("interrupted", LOST) and after:
+            reason = f"{reason}; retried as trial {after[0]}"
         if origin(t) != t.number:
             reason = f"retry of trial {origin(t)}" + (f"; {reason}" if reason else "")
         if t.state.name == "PRUNED" and "CPU cap" in t.user_attrs.get("pruned", ""):
             reason = "over the CPU cap"
-        rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps,
-                             float(t.user_attrs.get("cpu_s", 0.0)), dict(t.params),
-                             run_dir, reason))
+        rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps, attempt_cpu_s(t),
+                             dict(t.params), run_dir, reason))
     return rows
 
 
@@ -124,34 +133,73 @@ def front(rows: list[TrialRow], metric: str) -> list[TrialRow]:
     return sorted((r for r in done if not beaten(r)), key=lambda r: (r.cpu_s, r.number))
 
 
-def command_line(cfg: MetaTrainConfig, overrides: dict[str, str]) -> str:
-    """``funcgraph meta-train ...`` that runs ``cfg``: the options that differ from the
-    algorithm's defaults on the dataset, then the model's ``--set`` overrides. Floats are
-    written exactly (``repr``), so the command reproduces the trial bit for bit."""
-    base = default_config(cfg.algo, cfg.dataset, tasks=cfg.tasks)
+def command_line(cfg: MetaTrainConfig, overrides: dict[str, str], *,
+                 given: Iterable[str] = (), threads: int | None = None,
+                 device: str | None = None) -> str:
+    """``funcgraph meta-train ...`` that runs ``cfg``: every option named in ``given`` (a
+    study's ``[study]``, ``[fixed]`` and searched settings, at their defaults too) and every
+    other that differs from the algorithm's defaults on the dataset, then the model's
+    ``--set`` overrides, then ``--device`` and ``--threads`` where known (a run's figures
+    depend on its thread count). Floats are written exactly (``repr``), so the command
+    reproduces the trial bit for bit on the same machine.
+
+    A value ``meta-train`` can only take by leaving its flag out (``first_order = false``:
+    ``--first-order`` has no off switch) follows as a shell comment, ``# first_order=false``,
+    so the line names every value and still runs as printed."""
+    base = default_config(cfg.algo, cfg.dataset)
+    named = set(given)
     words = ["funcgraph", "meta-train", "--algo", cfg.algo, "--dataset", cfg.dataset]
+    unsaid = []
     for name, value in cfg.to_json().items():
-        if name in NOT_OPTIONS or value == getattr(base, name) or value is None:
+        if name in NOT_OPTIONS or value is None or (
+                name not in named and value == getattr(base, name, None)):
             continue
         if name in FLAG_OPTIONS:
             on, off = FLAG_OPTIONS[name]
             flag = on if value else off
             if flag is not None:
                 words.append(flag)
+            elif value == getattr(base, name, None):
+                unsaid.append(f"{name}={str(value).lower()}")
+            else:  # no registered algorithm's defaults reach this: refuse, never misprint
+                raise ConfigError(f"{option(name)}: meta-train has no option that sets "
+                                  f"{name}={value}; this run cannot be written as a command")
             continue
         words += [OPTION_NAMES.get(name, option(name)), repr(value) if
                   isinstance(value, float) else str(value)]
     for key, value in overrides.items():
         words += ["--set", f"{key}={value}"]
-    return shlex.join(words)
+    if device is not None:
+        words += ["--device", device]
+    if threads is not None:
+        words += ["--threads", str(threads)]
+    line = shlex.join(words)
+    return line + (f"  # {' '.join(unsaid)} (meta-train's default: the flag left out)"
+                   if unsaid else "")
+
+
+def space_settings(space: SearchSpace) -> set[str]:
+    """The config fields a study's space names: its ``[study]`` values, ``[fixed]`` values
+    and knobs (a fraction knob by the field it sets)."""
+    names = [*space.study, *space.fixed, *(k.name for k in space.knobs)]
+    return {FRACTIONS.get(n, n) for n in names if not n.startswith(MODEL_PREFIX)}
 
 
 def best_command(study: Any, space: SearchSpace) -> str | None:
-    """The ready ``meta-train`` command line of the best trial, or ``None``."""
+    """The ready ``meta-train`` command line of the best trial (with the device and thread
+    count it ran on), or ``None``."""
     best = best_trial(study)
     if best is None:
         return None
-    return command_line(space.config(best.params), space.model_overrides(best.params))
+    return trial_command(best, space)
+
+
+def trial_command(trial: Any, space: SearchSpace) -> str:
+    """The ``meta-train`` command line that reruns ``trial`` (see :func:`command_line`)."""
+    threads = trial.user_attrs.get("threads")
+    return command_line(space.config(trial.params), space.model_overrides(trial.params),
+                        given=space_settings(space), device=trial.user_attrs.get("device"),
+                        threads=None if threads is None else int(threads))
 
 
 def table(rows: list[TrialRow], metric: str, width: int = 80) -> str:
@@ -243,5 +291,6 @@ def _last(study: Any, row: TrialRow) -> float | None:
     return None if steps is None else trial.intermediate_values[steps]
 
 
-__all__ = ["FLAG_OPTIONS", "TrialRow", "best_command", "best_trial", "command_line", "front",
-           "run_costs", "table", "trial_rows", "write_plots"]
+__all__ = ["FLAG_OPTIONS", "LOST", "TrialRow", "best_command", "best_trial", "command_line",
+           "front", "run_costs", "space_settings", "table", "trial_command", "trial_rows",
+           "write_plots"]

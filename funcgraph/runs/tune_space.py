@@ -24,9 +24,11 @@ Names are ``meta-train``'s config fields (``inner_lr`` or ``inner-lr``), ``model
 model hyperparameter, and two fractions of the run's steps that the integer options cannot
 say when ``steps`` is itself searched: ``first_order_fraction`` (MAML++'s first-order
 warm-up, ``first_order_until``) and ``msl_anneal_fraction`` (``msl_anneal_steps``).
-:func:`check_space` refuses an unknown name, a range the option cannot take (each end is
-built into a config through the same checks ``meta-train`` runs) or a knob the algorithm
-does not have, in one line that says the fix.
+:func:`check_space` refuses a bad ``[study]`` value (the task spec parsed as the data set
+reads it), a flag given anything but true or false, an unknown name, a range the option
+cannot take (each end is built into a config through the same checks ``meta-train`` runs) or
+a knob the algorithm does not have, in one line that says the fix; :func:`check_run`, when a
+study starts, what needs the data (the spec fits every split, the model builds).
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, FuncgraphError
-from .meta_train_config import MetaTrainConfig, default_config
+from .meta_train_config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
 
 FRACTIONS = {"first_order_fraction": "first_order_until",
              "msl_anneal_fraction": "msl_anneal_steps"}
@@ -48,9 +50,11 @@ FRACTIONS = {"first_order_fraction": "first_order_until",
 
 MODEL_PREFIX = "model."
 STUDY_KEYS = ("algo", "dataset", "tasks", "data_root", "image_size")
-NOT_SEARCHED = ("algo", "dataset", "tasks", "data_root", "seed", "model", "strategy")
+NOT_SEARCHED = ("algo", "dataset", "tasks", "data_root", "seed", "model", "strategy",
+                *RECORDED_BY_THE_RUN)
 """Config fields a space may not draw: the study's identity, the seed (confirmation runs
-seeds) and the model spec (drawn per hyperparameter as ``model.NAME``)."""
+seeds), the model spec (drawn per hyperparameter as ``model.NAME``) and what each trial's run
+resolves and records itself (its thread count: ``tune run --threads``; its strategies)."""
 
 Value = bool | int | float | str
 
@@ -161,7 +165,11 @@ def _check_name(name: str, where: str) -> None:
     if name in NOT_SEARCHED:
         hint = "it names the study's run: set it under [study]" if name in STUDY_KEYS else (
             "the seed belongs to confirmation runs" if name == "seed" else
+            "give the trials' threads with tune run --threads" if name == "threads" else
+            "each trial's run resolves and records it" if name in RECORDED_BY_THE_RUN else
             "set model hyperparameters as model.NAME")
+        raise ConfigError(f"{where}: {name!r} is not set in a space's [fixed] or [space] "
+                          f"({hint})")
     raise ConfigError(f"{where}: {name!r} is not a meta-train setting ({hint})")
 
 
@@ -243,10 +251,17 @@ def parse_space(data: Mapping[str, Any], text: str = "") -> SearchSpace:
 
 
 def check_space(space: SearchSpace) -> None:
-    """Build the study's run, then the config at each end of every knob (the others left at
-    their defaults), then all knobs at their lower ends, through ``meta-train``'s own checks:
-    an impossible range or a knob the algorithm does not have is refused before a trial
-    runs, naming the knob."""
+    """Check the ``[study]`` values (the task spec through the data set's own parser), every
+    ``[fixed]`` value and choice against its option's type, then build the study's run, the
+    config at each end of every knob (the others left at their defaults) and all knobs at
+    their lower ends, through ``meta-train``'s own checks: a bad value, an impossible range
+    or a knob the algorithm does not have is refused before a trial runs, naming it."""
+    _check_study(space.study)
+    for name, value in space.fixed.items():
+        _check_type(name, value, f"[fixed] {name}")
+    for knob in space.knobs:
+        for value in knob.choices:
+            _check_type(knob.name, value, f"[space] {knob.name}")
     try:
         space.config({})
     except FuncgraphError as e:
@@ -262,6 +277,57 @@ def check_space(space: SearchSpace) -> None:
     except FuncgraphError as e:
         raise ConfigError(f"[space]: the knobs' lower ends together are refused: {e}") from None
     _check_algorithm_has(space)
+
+
+def _check_study(study: Mapping[str, Any]) -> None:
+    """The ``[study]`` values, each by the library's own check: the algorithm and data set
+    registered, the task spec parsed as the data set's kind reads it (``5way1shot``;
+    regression: ``10shot``), the data root and image size as ``meta-train`` takes them."""
+    from ..checks import check_int
+    from ..data.registry import check_data_root, dataset_type
+    from ..data.tasks import TaskSpec, regression_spec
+    from ..meta.registry import algorithm_type
+
+    for key in ("algo", "dataset", "tasks", "data_root"):
+        if key in study and not isinstance(study[key], str):
+            raise ConfigError(f"[study] {key} = {study[key]!r}: expected a string, e.g. "
+                              f"{key} = {_STUDY_EXAMPLES[key]!r}")
+    kind = ""
+
+    def tasks(spec: str) -> None:
+        if kind == "regression":
+            regression_spec(spec, study["dataset"])
+        else:
+            TaskSpec.parse(spec)
+
+    checks: list[tuple[str, Callable[[Any], object]]] = [
+        ("algo", algorithm_type),
+        ("dataset", lambda name: dataset_type(name).kind),
+        ("data_root", lambda root: check_data_root(study["dataset"], root)),
+        ("image_size", lambda size: check_int("image_size", "the size", size, minimum=8)),
+        ("tasks", tasks)]
+    for key, check in checks:
+        if key not in study:
+            continue
+        try:
+            found = check(study[key])
+        except FuncgraphError as e:
+            raise ConfigError(f"[study] {key} = {study[key]!r} is refused: {e}") from None
+        kind = str(found) if key == "dataset" else kind
+
+
+_STUDY_EXAMPLES = {"algo": "maml", "dataset": "glyphs", "tasks": "5way1shot",
+                   "data_root": "data/omniglot"}
+
+
+def _check_type(name: str, value: Value, where: str) -> None:
+    """A ``[fixed]`` value or a choice of the type its option takes, where ``meta-train``'s
+    config would not refuse another (a flag given ``1`` or ``"yes"`` would read as on); the
+    ranges are the config's own checks (:func:`check_space`)."""
+    from ..checks import check_bool
+
+    if name in _FIELDS and _field_kind(name) == "bool":
+        check_bool(where, "a flag", value)
 
 
 def _settings_of(algo: str) -> set[str]:
@@ -290,12 +356,41 @@ def _check_algorithm_has(space: SearchSpace) -> None:
                               "tune an algorithm that has it")
 
 
-def check_model_knobs(space: SearchSpace) -> None:
+SOURCE_FIELDS = ("dataset", "tasks", "train_queries", "rotate", "data_root", "image_size")
+"""Config fields the task sources are built from
+(:func:`~funcgraph.runs.task_sources.sources_for`)."""
+
+
+def check_run(space: SearchSpace) -> None:
+    """What needs the data, checked when a study starts, before its first trial: the task
+    spec fits every split of the data set (enough classes, enough examples per class) for
+    the study's run and at each end of every knob that changes the tasks (``train_queries``,
+    ``rotate``), and the model at each end of every ``model.NAME`` knob
+    (:func:`check_model_knobs`)."""
+    from .task_sources import TaskSources, sources_for
+
+    built: dict[tuple[Any, ...], TaskSources] = {}
+    cases = [("space: the study's run", space.config({}))]
+    cases += [(f"[space] {k.name} = {v!r}", space.config({k.name: v}))
+              for k in space.knobs if k.name in SOURCE_FIELDS for v in k.extremes()]
+    for where, cfg in cases:
+        key = tuple(getattr(cfg, name) for name in SOURCE_FIELDS)
+        if key not in built:
+            try:
+                built[key] = sources_for(cfg)
+            except FuncgraphError as e:
+                raise ConfigError(f"{where} is refused: {e}") from None
+    first = cases[0][1]
+    check_model_knobs(space, built[tuple(getattr(first, n) for n in SOURCE_FIELDS)])
+
+
+def check_model_knobs(space: SearchSpace, sources: Any = None) -> None:
     """Resolve the study's model at each end of every ``model.NAME`` knob (the others at
     their lower ends), so an unknown hyperparameter or a value the model refuses stops the
-    study before its first trial, naming the knob. It needs the data set's shapes, so it
-    runs when a study starts rather than when the space is parsed; nothing to do without
-    model knobs or fixed model values."""
+    study before its first trial, naming the knob. It needs the data set's shapes
+    (``sources``: the study's run's task sources, built here if not given), so it runs when
+    a study starts rather than when the space is parsed; nothing to do without model knobs
+    or fixed model values."""
     knobs = [k for k in space.knobs if k.name.startswith(MODEL_PREFIX)]
     if not knobs and not any(name.startswith(MODEL_PREFIX) for name in space.fixed):
         return
@@ -304,7 +399,7 @@ def check_model_knobs(space: SearchSpace) -> None:
     from .task_sources import sources_for
 
     cfg = space.config({})
-    sources = sources_for(cfg)
+    sources = sources_for(cfg) if sources is None else sources
     fixed = {k: v for k, v in space.fixed.items() if k.startswith(MODEL_PREFIX)}
     low = {k.name: k.extremes()[0] for k in knobs}
     # Each fixed value alone first, so a bad one is named, not the knob checked beside it.
@@ -339,5 +434,5 @@ def load_space(path: str | Path) -> SearchSpace:
     return parse_space(data, text)
 
 
-__all__ = ["FRACTIONS", "OPTION_NAMES", "Knob", "SearchSpace", "check_model_knobs",
-           "check_space", "load_space", "parse_space"]
+__all__ = ["FRACTIONS", "OPTION_NAMES", "SOURCE_FIELDS", "Knob", "SearchSpace",
+           "check_model_knobs", "check_run", "check_space", "load_space", "parse_space"]

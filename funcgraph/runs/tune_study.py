@@ -8,6 +8,7 @@ trials count against the budget and which are retried (see :mod:`funcgraph.runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .tune_identity import (
     remember,
     started,
     store_file,
+    study_lock,
     study_record,
 )
 from .tune_space import SearchSpace
@@ -132,10 +134,27 @@ def retry_callback() -> Any:
 
 def origin(trial: Any) -> int:
     """The number of the first attempt of a ``FrozenTrial``'s settings: its own, or the
-    trial it retries. The run directory is the first attempt's, so a retry resumes its
-    checkpoint."""
-    first = trial.system_attrs.get("failed_trial")  # what the retry callback marks
+    trial it retries (Optuna's ``retried_trial_number``). The run directory is the first
+    attempt's, so a retry resumes its checkpoint."""
+    import warnings
+
+    import optuna
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        first = RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
     return trial.number if first is None else int(first)
+
+
+def attempt_cpu_s(trial: Any) -> float:
+    """The CPU seconds of this attempt alone. Optuna's retry copies the failed attempt's user
+    attributes into the retry, ``cpu_s`` included; the objective marks its own figure with
+    ``cpu_of`` (the attempt's number), so a copied figure counts once, for the attempt that
+    spent it."""
+    if trial.user_attrs.get("cpu_of", trial.number) != trial.number:
+        return 0.0
+    return float(trial.user_attrs.get("cpu_s", 0.0))
 
 
 def open_storage(url: str, heartbeat_s: int = 60) -> Any:
@@ -193,34 +212,43 @@ def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> An
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # trials get one line each from us
-    record = opts.record
-    check_store(opts.study_dir, record)
-    stored = store_file(record)
-    if not create and stored is not None and not stored.is_file():  # opening would make it
-        raise ConfigError(f"{opts.study_dir}: its storage holds no study {record.name!r} (no "
-                          f"{stored.name}); start one with funcgraph tune run SPACE --study DIR")
-    storage = open_storage(record.url, opts.heartbeat_s)
-    try:
-        names = optuna.get_all_study_names(storage)
-    except Exception as e:  # a file that is not a store, an unreachable server
-        raise ConfigError(f"{record.url}: cannot read the study store ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0]})") from None
-    if record.name not in names:
-        if started(opts.study_dir) or not create:
-            raise ConfigError(no_study(opts.study_dir, record, names))
-        # load_if_exists: another worker may create it first.
-        optuna.create_study(study_name=record.name, storage=storage,
-                            direction=direction(opts.space), load_if_exists=True)
+    # A start takes its turn with the directory's other starts (study_lock): it reads the
+    # record another may have just written, and they agree on the directory's id.
+    with study_lock(opts.study_dir) if create else contextlib.nullcontext():
+        record = opts.record
+        check_store(opts.study_dir, record)
+        stored = store_file(record)
+        if not create and stored is not None and not stored.is_file():  # opening would make it
+            raise ConfigError(f"{opts.study_dir}: its storage holds no study {record.name!r} "
+                              f"(no {stored.name}); start one with funcgraph tune run SPACE "
+                              "--study DIR")
+        storage = open_storage(record.url, opts.heartbeat_s)
+        try:
+            names = optuna.get_all_study_names(storage)
+        except Exception as e:  # a file that is not a store, an unreachable server
+            raise ConfigError(f"{record.url}: cannot read the study store "
+                              f"({type(e).__name__}: {str(e).splitlines()[0]})") from None
+        created = False
+        if record.name not in names:
+            if started(opts.study_dir) or not create:
+                raise ConfigError(no_study(opts.study_dir, record, names))
+            try:  # the store decides which of two racing starts creates it
+                optuna.create_study(study_name=record.name, storage=storage,
+                                    direction=direction(opts.space))
+                created = True
+            except optuna.exceptions.DuplicatedStudyError:
+                pass  # another directory's start made it a moment ago: check_identity
 
-    def load(sampler: Any) -> Any:
-        # Loading writes nothing to the store (create_study adds a journal entry each time).
-        return optuna.load_study(study_name=record.name, storage=storage, sampler=sampler,
-                                 pruner=make_pruner(opts.pruner, opts.space))
+        def load(sampler: Any) -> Any:
+            # Loading writes nothing to the store (create_study adds a journal entry).
+            return optuna.load_study(study_name=record.name, storage=storage,
+                                     sampler=sampler, pruner=make_pruner(opts.pruner, opts.space))
 
-    study = load(optuna.samplers.RandomSampler())
-    check_identity(study, record, opts.space, metric_of(opts.space), write=create)
-    if create:
-        remember(opts.study_dir, record)
+        study = load(optuna.samplers.RandomSampler())
+        record = check_identity(study, record, opts.space, metric_of(opts.space),
+                                opts.study_dir, write=create, created=created)
+        if create:
+            remember(opts.study_dir, record)
     held = len(study.get_trials(deepcopy=False))
     return load(optuna.samplers.TPESampler(seed=opts.seed + worker + 7919 * held,
                                            constant_liar=True))
@@ -259,16 +287,24 @@ def shown_setting(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def recover(study: Any, *, owned: bool) -> list[int]:
+def recover(study: Any, *, owned: bool, dead: str | None = None) -> list[int]:
     """Retry the trials an earlier start left unfinished: each trial whose newest attempt
     failed with no reason (interrupted, or killed). With ``owned`` (the study directory's
-    lock held over its own store) a trial still marked running is dead and is failed first.
-    Returns the numbers of the trials retried."""
+    lock held over its own store) a trial still marked running is dead and is failed first;
+    with ``dead`` (a worker's ``process`` attribute, ``HOST pid N``, of a worker that died)
+    so are that process's. Returns the numbers of the trials retried.
+
+    Call it under :func:`~funcgraph.runs.tune_identity.study_lock`: two starts recovering at
+    once would each queue the same retry."""
+    import optuna
     from optuna.trial import TrialState
 
-    if owned:
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(t.number, state=TrialState.FAIL)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if owned or (dead is not None and t.user_attrs.get("process") == dead):
+            try:
+                study.tell(t.number, state=TrialState.FAIL)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                pass  # Optuna's heartbeat failed it meanwhile (and queued its retry)
     attempts: dict[int, Any] = {}
     for t in study.get_trials(deepcopy=False):
         first = origin(t)
@@ -280,6 +316,15 @@ def recover(study: Any, *, owned: bool) -> list[int]:
     for t in again:
         retry(study, t)
     return [t.number for t in again]
+
+
+def retry_unfinished(opts: TuneOptions, study: Any, *, dead: str | None = None) -> list[int]:
+    """:func:`recover` under the study directory's lock, as every start and the command
+    (for a worker that died, ``dead``) call it: two starts at once queue a retry once. A
+    start owns its own store's running trials (none can be running); the command, with its
+    other workers alive, only the dead worker's."""
+    with study_lock(opts.study_dir):
+        return recover(study, owned=not opts.shared and dead is None, dead=dead)
 
 
 def finished(study: Any) -> int:
@@ -295,11 +340,12 @@ def finished(study: Any) -> int:
 
 
 def cpu_seconds(study: Any) -> float:
-    """CPU seconds the study's trials have used (every attempt of every trial)."""
-    return sum(float(t.user_attrs.get("cpu_s", 0.0)) for t in study.get_trials(deepcopy=False))
+    """CPU seconds the study's trials have used (every attempt of every trial, each once)."""
+    return sum(attempt_cpu_s(t) for t in study.get_trials(deepcopy=False))
 
 
 __all__ = ["CAP_CHECK_STEPS", "GRACE_BEATS", "MAX_RETRIES", "PRUNERS", "SPACE_FILE",
-           "TRIALS_DIR", "TuneOptions", "cpu_seconds", "dataset_metric", "direction", "finished",
+           "TRIALS_DIR", "TuneOptions", "attempt_cpu_s", "cpu_seconds", "dataset_metric",
+           "direction", "finished",
            "make_pruner", "metric_of", "open_storage", "open_study", "origin", "recover",
-           "retry_callback", "shown_setting", "shown_value"]
+           "retry_callback", "retry_unfinished", "shown_setting", "shown_value"]
