@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from ..params import Params
-from .learner import Task
+from .learner import RANDOMNESS, Task
 
 MeanGrads = Callable[[Params, Task, Params], tuple[Params, Tensor, Tensor]]
 
@@ -179,8 +179,6 @@ def _make(task_grad: Callable[..., Any], strategy: str, chunk_size: int | None,
         return task_grad(meta_params, task, values) if inputs else task_grad(meta_params, task)
 
     if strategy == "vmap":
-        from .strategy import RANDOMNESS  # (strategy imports this module)
-
         def mean_vmapped(meta_params: Params, tasks: Task, values: Params
                          ) -> tuple[Params, Tensor, Tensor]:
             grads, loss, metric = torch.func.vmap(

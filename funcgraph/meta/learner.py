@@ -77,6 +77,13 @@ _SUPPORT, _QUERY = 0, 1
 """The first fold of a task key: the support steps' stream and the query pass's key."""
 
 
+RANDOMNESS = "different"
+"""``vmap``'s randomness over tasks: a random op of torch's generator inside a task (the
+dropout of a converted ``nn.Module``, which takes no key) draws for each task apart, as the
+loop draws for one task after another (torch's default, ``"error"``, refuses it). Keyed
+randomness (:attr:`Task.key`) draws nothing from the generator."""
+
+
 @dataclass(frozen=True, eq=False)
 class Task:
     """One task, or a batch of tasks with a leading ``T`` dim (a pytree, so ``vmap`` maps it).
@@ -376,6 +383,7 @@ __all__ = [
     "LEARNER_PREFIXES",
     "LR_PREFIX",
     "OBJECTIVES",
+    "RANDOMNESS",
     "STEP_BN_PREFIX",
     "STEP_LR_PREFIX",
     "MetaLearner",

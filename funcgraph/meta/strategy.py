@@ -43,18 +43,12 @@ from ..errors import ConfigError
 from ..params import Params
 from ..precision import check_precision, in_precision
 from .compiled import Backend, NotCompiled, compiled_mean_grads
-from .learner import StepInputs, Task, TaskEvalFn, TaskGradFn
+from .learner import RANDOMNESS, StepInputs, Task, TaskEvalFn, TaskGradFn
 
 STRATEGIES = ("loop", "threads", "vmap")
 COMPILED = ("loop", "vmap")
 """The strategies a compiled meta-gradient runs with (:mod:`funcgraph.meta.compiled`)."""
 CHOICES = ("auto", "measure", *STRATEGIES)
-
-RANDOMNESS = "different"
-"""``vmap``'s randomness over tasks: a random op of torch's generator inside a task (the
-dropout of a converted ``nn.Module``, which takes no key) draws for each task apart, as the
-loop draws for one task after another (torch's default, ``"error"``, refuses it). Keyed
-randomness (:attr:`~funcgraph.meta.learner.Task.key`) draws nothing from the generator."""
 
 DEFAULT_STRATEGY: dict[str, str] = {"cpu": "vmap", "cuda": "vmap", "mps": "vmap"}
 """The measured default per device type for small tasks (see :func:`default_strategy`)."""
