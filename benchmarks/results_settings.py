@@ -37,7 +37,7 @@ def is_default(command: str, algo: str, setting: str) -> bool:
 def cell(read: Records, algo: str, setting: str) -> str:
     """The newest default run of ``algo`` on ``setting``, as a table cell; a run of an
     earlier default (its steps are not today's default steps) says so."""
-    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.meta_training.config import default_config
 
     rows = [(record["date"], row) for name in SOURCES for record in read(name)
             if is_default(record["command"], algo, setting) for row in runs_of(record)]

@@ -196,7 +196,7 @@ def test_a_users_regression_dataset_gets_regressions_defaults_and_refusals(
         forget: list[str]) -> None:
     """What meta-train does for sinusoid it does for any registered regression dataset:
     MAML by default, the MAML paper's regression settings, no ways, rotation or image size."""
-    from funcgraph.runs.meta_train_config import default_algo, default_config
+    from funcgraph.runs.meta_training.config import default_algo, default_config
 
     forget.append("ramp")
     register_dataset("ramp", kind="regression", sample=data.sinusoid_tasks)

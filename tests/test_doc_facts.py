@@ -10,7 +10,7 @@ from pathlib import Path
 import typer.main
 
 from funcgraph.cli import app
-from funcgraph.runs.meta_train import default_algo
+from funcgraph.runs.meta_training.loop import default_algo
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

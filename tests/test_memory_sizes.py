@@ -162,8 +162,8 @@ def test_the_plan_counts_the_meta_batchs_data() -> None:
     """With one task graph alive at a time (the loop strategy), doubling the meta-batch adds
     exactly the new tasks' data to the estimate, and the line says how much data it counts."""
     from funcgraph.runs import task_sources
-    from funcgraph.runs.meta_plan import plan_meta_train, task_bytes
-    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.meta_training.config import default_config
+    from funcgraph.runs.meta_training.plan import plan_meta_train, task_bytes
 
     sources = task_sources("sinusoid", spec="10shot")
     plans = [plan_meta_train(default_config(dataset="sinusoid", meta_batch=n, strategy="loop"),

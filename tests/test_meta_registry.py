@@ -37,7 +37,7 @@ from funcgraph.meta import (
 )
 from funcgraph.meta.registry import unregister_algorithm
 from funcgraph.meta.settings import MAMLPP_META_STEPS
-from funcgraph.runs.meta_train_config import CONFIG_NAMES, MetaTrainConfig, default_config
+from funcgraph.runs.meta_training.config import CONFIG_NAMES, MetaTrainConfig, default_config
 
 SINE = ["meta-train", "--dataset", "sinusoid", "--steps", "2", "--meta-batch", "2",
         "--episodes", "2", "--val-episodes", "1", "--validate-every", "0", "--device", "cpu"]

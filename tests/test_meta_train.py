@@ -21,7 +21,7 @@ from funcgraph.runs import (
     evaluate_run,
     meta_train,
 )
-from funcgraph.runs.meta_train import meta_lr_at
+from funcgraph.runs.meta_training.loop import meta_lr_at
 from funcgraph.train import Run
 
 WAYS = 3
@@ -31,7 +31,7 @@ MODEL = {"name": "conv4", "ways": WAYS, "in_channels": 1, "hidden": 4, "image_si
 
 def step_key(step: int, seed: int = 0) -> torch.Tensor:
     """The key meta-step ``step`` (counted from 1) of a run of ``seed`` draws its tasks with."""
-    from funcgraph.runs.meta_plan import RunKeys
+    from funcgraph.runs.meta_training.plan import RunKeys
 
     return RunKeys.of(seed).tasks(step - 1, 1)[0]
 
@@ -546,9 +546,13 @@ def test_a_run_from_before_the_precision_setting_resumes(tmp_path: Path) -> None
 
 def test_auto_says_when_its_strategy_needs_much_more_memory_than_the_loop(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from funcgraph.runs import meta_plan
-    from funcgraph.runs.meta_plan import AUTO_MEMORY_RATIO, auto_memory_note, plan_meta_train
-    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.meta_training import plan as meta_plan
+    from funcgraph.runs.meta_training.config import default_config
+    from funcgraph.runs.meta_training.plan import (
+        AUTO_MEMORY_RATIO,
+        auto_memory_note,
+        plan_meta_train,
+    )
     from funcgraph.runs.task_sources import sources_for
 
     # The process's resident memory counts on both sides of the ratio: 10 task graphs of
@@ -577,10 +581,10 @@ def test_max_memory_maps_fewer_tasks_at_a_time_and_refuses_what_cannot_fit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    from funcgraph.runs import meta_plan
     from funcgraph.runs.memory import parse_bytes
-    from funcgraph.runs.meta_plan import bounded_tasks, plan_meta_train
-    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.meta_training import plan as meta_plan
+    from funcgraph.runs.meta_training.config import default_config
+    from funcgraph.runs.meta_training.plan import bounded_tasks, plan_meta_train
     from funcgraph.runs.task_sources import sources_for
 
     assert parse_bytes("--max-memory", "2GiB") == 2 * 2**30
@@ -614,10 +618,10 @@ def test_max_memory_scores_one_task_at_a_time_where_several_would_not_fit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    from funcgraph.runs import meta_plan
     from funcgraph.runs.memory import allocated_bytes
-    from funcgraph.runs.meta_plan import eval_strategy, one_task, plan_meta_train
-    from funcgraph.runs.meta_train_config import default_config
+    from funcgraph.runs.meta_training import plan as meta_plan
+    from funcgraph.runs.meta_training.config import default_config
+    from funcgraph.runs.meta_training.plan import eval_strategy, one_task, plan_meta_train
     from funcgraph.runs.task_sources import sources_for
 
     mb = 2**20

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import funcgraph.meta.strategy as strategy_module
-from funcgraph.runs.meta_train import default_config, meta_train
+from funcgraph.runs.meta_training.loop import default_config, meta_train
 
 
 def test_a_compiled_run_says_and_records_that_it_compiled(tmp_path: Path,

@@ -130,7 +130,7 @@ def test_evaluate_scores_with_the_runs_recorded_strategy_under_max_memory(
     loop) and gives the run's test figure bit for bit. A run without the record is scored
     with a strategy chosen now, and evaluate says so."""
     from funcgraph.runs import evaluate as evaluate_module
-    from funcgraph.runs import meta_plan
+    from funcgraph.runs.meta_training import plan as meta_plan
 
     cfg = default_config("maml", "sinusoid", steps=2, meta_batch=2, val_episodes=2,
                          validate_every=2, test_episodes=20, strategy="vmap",
@@ -220,7 +220,7 @@ def test_a_meta_batch_of_100000_says_its_cost_before_it_draws_its_tasks(
 
 
 def test_fmt_seconds_reads_at_a_glance() -> None:
-    from funcgraph.runs.meta_train import fmt_seconds
+    from funcgraph.runs.meta_training.loop import fmt_seconds
 
     assert fmt_seconds(0.25) == "0.25 s" and fmt_seconds(90) == "90 s"
     assert fmt_seconds(3000) == "50 min" and fmt_seconds(12000) == "3.33 h"

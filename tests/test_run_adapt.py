@@ -14,7 +14,7 @@ from funcgraph.errors import ConfigError, ShapeError
 from funcgraph.meta.evaluate import _TASK_KEYS_TAG
 from funcgraph.meta.learner import accuracy
 from funcgraph.runs import MetaTrainConfig, default_config, evaluate_run, load_run, meta_train
-from funcgraph.runs.meta_plan import RunKeys
+from funcgraph.runs.meta_training.plan import RunKeys
 from funcgraph.runs.task_sources import sources_for
 
 TINY = {"name": "conv4", "ways": 5, "in_channels": 1, "hidden": 4, "image_size": 28}

@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError, RunDirectoryError
-from funcgraph.runs import tune_objective
-from funcgraph.runs.tune import TuneOptions, tune
-from funcgraph.runs.tune_report import TrialRow, best_command, front, table, trial_rows
-from funcgraph.runs.tune_space import parse_space
-from funcgraph.runs.tune_study import origin
+from funcgraph.runs.tune import objective as tune_objective
+from funcgraph.runs.tune.report import TrialRow, best_command, front, table, trial_rows
+from funcgraph.runs.tune.run import TuneOptions, tune
+from funcgraph.runs.tune.space import parse_space
+from funcgraph.runs.tune.study import origin
 from funcgraph.train.ownership import RunLock
 
 runner = CliRunner()
@@ -331,7 +331,7 @@ def test_a_sigterm_to_the_command_stops_every_worker_and_keeps_their_trials(
 def test_show_prints_80_columns_and_a_command_that_reproduces_the_trial(tmp_path: Path) -> None:
     import shlex
 
-    from funcgraph.runs.tune_objective import best_validation
+    from funcgraph.runs.tune.objective import best_validation
 
     opts = options(tmp_path, trials=3)
     study = tune(opts, echo=lambda _: None)
@@ -365,7 +365,7 @@ def test_the_best_command_names_every_value_and_reproduces_a_fomaml_trial(
     ``False`` flag that meta-train has no off switch for stays on the line as a comment."""
     import shlex
 
-    from funcgraph.runs.tune_objective import best_validation
+    from funcgraph.runs.tune.objective import best_validation
 
     space = tmp_path / "fomaml.toml"
     space.write_text(TINY.format(fixed="first_order = false").replace(
@@ -429,8 +429,8 @@ def test_every_trial_off_the_front_is_beaten_by_one_on_it(points: list[tuple[int
 
 
 def test_the_command_line_names_every_option_that_differs() -> None:
-    from funcgraph.runs.meta_train_config import default_config
-    from funcgraph.runs.tune_report import command_line
+    from funcgraph.runs.meta_training.config import default_config
+    from funcgraph.runs.tune.report import command_line
 
     cfg = default_config("mamlpp", "rgb-shapes", image_size=28, rotate=False, seed=2,
                          cosine_meta_lr=False, inner_lr=0.25)
@@ -483,7 +483,7 @@ def test_confirm_takes_a_chosen_complete_trial_and_refuses_another(tmp_path: Pat
     refused = runner.invoke(app, [*args, "--trial", "7"])
     assert refused.exit_code == 2 and "--trial 7: " in refused.output and (
         "holds trials 0 to 1" in refused.output), refused.output
-    from funcgraph.runs.tune_confirm import chosen_trial
+    from funcgraph.runs.tune.confirm import chosen_trial
 
     pruned = optuna.trial.create_trial(state=optuna.trial.TrialState.PRUNED,
                                        params={}, distributions={})
@@ -493,7 +493,7 @@ def test_confirm_takes_a_chosen_complete_trial_and_refuses_another(tmp_path: Pat
 
 
 def test_confirm_runs_the_baselines_for_the_steps_asked() -> None:
-    from funcgraph.runs.tune_confirm import confirm_configs
+    from funcgraph.runs.tune.confirm import confirm_configs
 
     space = parse_space({"study": {"algo": "maml", "dataset": "sinusoid"},
                          "fixed": {"steps": 4},
@@ -576,7 +576,7 @@ def test_a_spent_budget_stops_the_study_after_the_running_trial(
 
 
 def test_the_importance_plot_is_drawn_once_two_trials_differ(tmp_path: Path) -> None:
-    from funcgraph.runs.tune_report import write_plots
+    from funcgraph.runs.tune.report import write_plots
 
     opts = options(tmp_path, trials=3, pruner="none")
     written = write_plots(tune(opts, echo=lambda _: None), tmp_path / "plots", "mse")

@@ -12,7 +12,7 @@ import pytest
 from test_tune import TINY, options, runner, space_file
 
 from funcgraph.cli import app
-from funcgraph.runs.tune import tune
+from funcgraph.runs.tune.run import tune
 
 
 def run(*args: str) -> tuple[int, list[str]]:

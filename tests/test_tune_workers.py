@@ -16,8 +16,8 @@ from typing import Any
 import optuna
 import pytest
 
-from funcgraph.runs.tune_space import parse_space
-from funcgraph.runs.tune_study import TuneOptions, open_study, retry_callback, retry_unfinished
+from funcgraph.runs.tune.space import parse_space
+from funcgraph.runs.tune.study import TuneOptions, open_study, retry_callback, retry_unfinished
 
 SPACE = """
 [study]
@@ -47,7 +47,7 @@ def _start(study_dir: Path, journal: Path, name: str, barrier: Any, queue: Any) 
     retry, as a remote database may be), so two starts without turns would both queue it."""
     import time
 
-    from funcgraph.runs import tune_study
+    from funcgraph.runs.tune import study as tune_study
 
     optuna_retry = tune_study.retry_callback
 
@@ -127,8 +127,8 @@ def test_two_starts_at_once_queue_a_killed_trial_once(tmp_path: Path) -> None:
 
 def test_a_retry_does_not_count_its_failed_attempts_cpu_seconds(tmp_path: Path) -> None:
     """Optuna's retry copies the failed attempt's user attributes, ``cpu_s`` included."""
-    from funcgraph.runs.tune_report import trial_rows
-    from funcgraph.runs.tune_study import cpu_seconds
+    from funcgraph.runs.tune.report import trial_rows
+    from funcgraph.runs.tune.study import cpu_seconds
 
     study = optuna.create_study()
     study.add_trial(optuna.trial.create_trial(
@@ -148,7 +148,7 @@ import time
 
 import optuna
 
-from funcgraph.runs import tune_objective
+from funcgraph.runs.tune import objective as tune_objective
 
 _real = tune_objective.meta_train
 
@@ -187,7 +187,7 @@ def test_a_killed_worker_is_retried_and_the_command_ends_normally(
     from typer.testing import CliRunner
 
     from funcgraph.cli import app
-    from funcgraph.runs import tune_objective
+    from funcgraph.runs.tune import objective as tune_objective
 
     (tmp_path / "kill_worker_plugin.py").write_text(textwrap.dedent(PLUGIN))
     monkeypatch.syspath_prepend(str(tmp_path))  # the spawned workers inherit sys.path

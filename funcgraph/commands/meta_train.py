@@ -262,7 +262,7 @@ def meta_train(
     from ..placement import resolve_device
     from ..runs import MetaTrainConfig, default_config, meta_train
     from ..runs.memory import parse_bytes
-    from ..runs.meta_train import estimate_step_seconds, model_config, plan_meta_train
+    from ..runs.meta_training.loop import estimate_step_seconds, model_config, plan_meta_train
     from ..runs.task_sources import sources_for
 
     recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,

@@ -96,8 +96,8 @@ def run(
 
     Example: funcgraph tune run space.toml --study studies/maml --trials 30 --cpu-hours 3
     """
-    from ..runs.tune import TuneOptions, stop_on_sigterm, tune
-    from ..runs.tune_space import load_space
+    from ..runs.tune.run import TuneOptions, stop_on_sigterm, tune
+    from ..runs.tune.space import load_space
 
     stop_on_sigterm()
     start_run(threads=threads, imports=import_, tensorboard=False, resume=False, out=None)
@@ -127,8 +127,8 @@ def show(
     """
     import json
 
-    from ..runs.tune_report import best_command, best_trial, front, table, trial_rows, write_plots
-    from ..runs.tune_study import metric_of, shown_value
+    from ..runs.tune.report import best_command, best_trial, front, table, trial_rows, write_plots
+    from ..runs.tune.study import metric_of, shown_value
 
     space, opened = _open(study, storage)
     metric = metric_of(space)
@@ -162,9 +162,9 @@ def show(
 
 def _open(study: Path, storage: str | None) -> tuple[Any, Any]:
     from ..errors import ConfigError
-    from ..runs.tune_objective import import_study_plugins
-    from ..runs.tune_space import load_space
-    from ..runs.tune_study import SPACE_FILE, TuneOptions, open_study
+    from ..runs.tune.objective import import_study_plugins
+    from ..runs.tune.space import load_space
+    from ..runs.tune.study import SPACE_FILE, TuneOptions, open_study
 
     if not (study / SPACE_FILE).is_file():
         raise ConfigError(f"{study}: not a study directory (no {SPACE_FILE}); start one with "
@@ -210,8 +210,8 @@ def confirm(
 
     from ..errors import ConfigError
     from ..meta.registry import algorithm_type
-    from ..runs.tune_confirm import confirm as run_confirm
-    from ..runs.tune_confirm import summary
+    from ..runs.tune.confirm import confirm as run_confirm
+    from ..runs.tune.confirm import summary
 
     start_run(threads=threads, imports=import_, tensorboard=False, resume=False, out=None)
     try:

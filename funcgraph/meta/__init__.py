@@ -12,7 +12,8 @@ mean meta-gradient of a batch of tasks and the optimiser's update) and :mod:`.ev
 scores held-out tasks with a 95% CI. Each algorithm's settings are a typed record
 (:mod:`.settings`) whose defaults are the algorithm's everywhere, and :mod:`.registry` names
 every algorithm a run can use (``register_algorithm`` adds one of your own). The run behind
-``funcgraph meta-train`` (config, checkpoints, validation) is :mod:`funcgraph.runs.meta_train`.
+``funcgraph meta-train`` (config, checkpoints, validation) is
+:mod:`funcgraph.runs.meta_training.loop`.
 
 Each name loads its module on first use (PEP 562): the registry and the settings import no
 torch, so ``funcgraph meta-train --help`` lists the algorithms without loading one.

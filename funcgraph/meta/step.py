@@ -5,7 +5,7 @@ meta-step (MAML++ anneals its loss weights and derivative order by step), averag
 meta-gradient over the batch of tasks (``vmap``, a loop or threads), optionally reduce it
 across processes, and let the pure optimiser update the meta-parameters. Nothing is mutated;
 the new params and optimiser state are returned with the step's metrics. The run layer
-(:mod:`funcgraph.runs.meta_train`) wraps it with task sampling, checkpoints, validation,
+(:mod:`funcgraph.runs.meta_training.loop`) wraps it with task sampling, checkpoints, validation,
 all-reduce and progress; a user's own loop calls it directly::
 
     for step in range(steps):

@@ -1,6 +1,7 @@
 """What each command runs, between the algorithms and the command line.
 
-One module per command back end: :mod:`~funcgraph.runs.meta_train` (``meta-train``),
+One room per command back end: :mod:`~funcgraph.runs.meta_training` (``meta-train``: its
+config, plan and loop), :mod:`~funcgraph.runs.tune` (``tune``: the settings search),
 :mod:`~funcgraph.runs.evaluate` (``evaluate``), :mod:`~funcgraph.runs.train` (``train``),
 :mod:`~funcgraph.runs.search` (``search``, planned by :mod:`~funcgraph.runs.search_plan`),
 :mod:`~funcgraph.runs.export` (``export`` of a run) and :mod:`~funcgraph.runs.graph`
@@ -19,7 +20,7 @@ from .evaluate import RecordedTest, RunEvaluation, evaluate_run
 from .export import export_run
 from .graph import capture_model_graph
 from .load import LoadedRun, load_run
-from .meta_train import (
+from .meta_training.loop import (
     MetaTrainConfig,
     MetaTrainResult,
     default_algo,
@@ -60,8 +61,8 @@ __all__ = [
 ]
 
 
-_MODULES = ("evaluate", "export", "graph", "load", "meta_train", "meta_train_config", "search",
-            "search_plan", "tune", "tune_report", "tune_space", "train")
+_MODULES = ("evaluate", "export", "graph", "load", "meta_training", "search",
+            "search_plan", "train", "tune")
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
@@ -74,7 +75,7 @@ if not TYPE_CHECKING:  # type checkers see the submodules through their imports
 
     def __getattr__(name: str) -> ModuleType:
         """A documented submodule this package does not import itself, on first use:
-        ``tune``, ``tune_report``, ``tune_space``."""
+        ``meta_training``, ``tune``."""
         if name in _MODULES:
             return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """What ``funcgraph evaluate`` runs: a meta-training run's checkpoint scored on held-out tasks.
 
 By default :func:`evaluate_run` scores the run's own test tasks, as the run's last line did:
-the same keys (:attr:`~funcgraph.runs.meta_plan.RunKeys.test` of the run's seed), the same
+the same keys (:attr:`~funcgraph.runs.meta_training.plan.RunKeys.test` of the run's seed), the same
 number of tasks, the same checkpoint (``best``, else ``last``), strategy and precision, so on
 the same machine it gives the run's test figure bit for bit. The run's recorded test line comes
 back beside the new figure. Another seed, task count or task spec draws other tasks; another
@@ -21,14 +21,14 @@ from ..plugins import import_recorded
 from ..precision import resolve_precision
 from ..train import Run
 from .memory import check_task_sizes
-from .meta_plan import RunKeys, eval_strategy
-from .meta_train import (
+from .meta_training.loop import (
     MetaTrainConfig,
     build_learner,
     evaluation_learner,
     init_params,
     run_model,
 )
+from .meta_training.plan import RunKeys, eval_strategy
 from .task_sources import sources_for
 
 

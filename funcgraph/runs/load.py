@@ -35,7 +35,7 @@ from ..precision import in_precision
 from ..random import Key
 from ..train import Run
 from ..train.checkpoint import verify_groups
-from .meta_train import MetaTrainConfig, build_learner, evaluation_learner, init_params
+from .meta_training.loop import MetaTrainConfig, build_learner, evaluation_learner, init_params
 from .resolve import resolve_model
 from .task_sources import TaskSources, sources_for
 

@@ -20,7 +20,7 @@ from ..meta import Task, TaskSampler
 from ..random import Key
 
 if TYPE_CHECKING:
-    from .meta_train_config import MetaTrainConfig
+    from .meta_training.config import MetaTrainConfig
 
 
 @dataclass(frozen=True)

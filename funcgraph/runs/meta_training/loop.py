@@ -1,8 +1,8 @@
 """What ``funcgraph meta-train`` runs: a config, a model and a learner, the loop, the test.
 
 :func:`meta_train` plans the run from a :class:`MetaTrainConfig`
-(:mod:`~funcgraph.runs.meta_train_config`; the model, learner and meta-parameters:
-:mod:`~funcgraph.runs.meta_plan`), runs :func:`funcgraph.train.run_loop` over
+(:mod:`~funcgraph.runs.meta_training.config`; the model, learner and meta-parameters:
+:mod:`~funcgraph.runs.meta_training.plan`), runs :func:`funcgraph.train.run_loop` over
 :func:`train_step`, which wraps the library's :func:`~funcgraph.meta.step.meta_step` with task
 sampling and the all-reduce (progress, ``metrics.jsonl``, ``last``/``best`` checkpoints,
 Ctrl-C, resume, a loss past :data:`~funcgraph.train.DIVERGENCE_BOUND` stopping the run as
@@ -19,14 +19,14 @@ stochastic depth). So a resumed run ends bit-identical to an uninterrupted one o
 What the results depend on is recorded in ``config.json`` beside the options: the thread count
 the run ran with, whether it was asked to compile, its precision, the strategy the meta-step
 took, the one validation and the test scored with, and vmap's chunk under ``--max-memory``.
-A resume takes them again (:func:`~funcgraph.runs.meta_train_config.as_recorded`), so it
+A resume takes them again (:func:`~funcgraph.runs.meta_training.config.as_recorded`), so it
 rounds as the run did; a thread count, compiling and the step budget may change on resume
 (the change is logged in ``metrics.jsonl`` as a ``resume`` record), any other difference is
 refused in one line.
 
 A meta-batch is not refused for its time (what a step costs depends on the machine, and a
 large one may be what the user wants), only for a memory estimate past the free memory
-(:func:`~funcgraph.runs.meta_plan.plan_meta_train`). Instead, before its first step a run
+(:func:`~funcgraph.runs.meta_training.plan.plan_meta_train`). Instead, before its first step a run
 says what one meta-step will cost, measured on a few tasks and scaled, with the memory
 estimate and the time for the steps to go (:func:`step_cost`): a meta-batch of 100,000 tasks
 says at once that each step takes hours on a CPU.
@@ -43,19 +43,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import distributed
-from ..errors import CheckpointError, ConfigError
-from ..meta.compiled import use_compile_cache
-from ..meta.evaluate import EvalResult, evaluate
-from ..meta.learner import MetaLearner
-from ..meta.running_stats import step_running_stats, with_step_running_stats
-from ..meta.settings import AdaptSettings
-from ..meta.step import meta_step
-from ..meta.strategy import STRATEGIES, resolve_strategy
-from ..params import Params
-from ..placement import cpu_threads, resolve_device
-from ..precision import chosen_precision, resolve_precision
-from ..train import (
+from ... import distributed
+from ...errors import CheckpointError, ConfigError
+from ...meta.compiled import use_compile_cache
+from ...meta.evaluate import EvalResult, evaluate
+from ...meta.learner import MetaLearner
+from ...meta.running_stats import step_running_stats, with_step_running_stats
+from ...meta.settings import AdaptSettings
+from ...meta.step import meta_step
+from ...meta.strategy import STRATEGIES, resolve_strategy
+from ...params import Params
+from ...placement import cpu_threads, resolve_device
+from ...precision import chosen_precision, resolve_precision
+from ...train import (
     DIVERGENCE_BOUND,
     Groups,
     LoopConfig,
@@ -66,11 +66,21 @@ from ..train import (
     run_loop,
     sgd,
 )
-from ..train.ownership import CONFIG_FILE
+from ...train.ownership import CONFIG_FILE
+from ..curves import write_curves
+from ..memory import fmt_bytes
+from ..task_sources import TaskSources, sources_for
 from .compile_note import OUTCOMES, CompileReporter, compile_note, signature
-from .curves import write_curves
-from .memory import fmt_bytes
-from .meta_plan import (
+from .config import (
+    KIND_DEFAULTS,
+    MAY_CHANGE_ON_RESUME,
+    RECORDED_BY_THE_RUN,
+    MetaTrainConfig,
+    as_recorded,
+    default_algo,
+    default_config,
+)
+from .plan import (
     MetaTrainPlan,
     RunKeys,
     build_learner,
@@ -84,16 +94,6 @@ from .meta_plan import (
     running_stats_twin,
     task_size,
 )
-from .meta_train_config import (
-    KIND_DEFAULTS,
-    MAY_CHANGE_ON_RESUME,
-    RECORDED_BY_THE_RUN,
-    MetaTrainConfig,
-    as_recorded,
-    default_algo,
-    default_config,
-)
-from .task_sources import TaskSources, sources_for
 
 RUNNING_STATS_TASKS = 200
 """Training tasks that MAML++'s per-step running statistics accumulate over (batch norm's
@@ -240,7 +240,7 @@ def recorded_run(out: str | Path) -> dict[str, Any] | None:
 
 def resume_changes(recorded: Mapping[str, Any], cfg: MetaTrainConfig) -> dict[str, Any]:
     """The settings a resume changes that the run allows to change
-    (:data:`~funcgraph.runs.meta_train_config.MAY_CHANGE_ON_RESUME`), as
+    (:data:`~funcgraph.runs.meta_training.config.MAY_CHANGE_ON_RESUME`), as
     ``{name: [recorded, new]}``; the derived chunk and scoring strategy are left out."""
     now = cfg.to_json()
     return {k: [recorded.get(k), now[k]] for k in MAY_CHANGE_ON_RESUME
@@ -299,7 +299,7 @@ def meta_train(
         resume: continue the run in ``out`` from its ``last`` checkpoint, with the thread
             count and strategies the run recorded where ``cfg`` leaves them to the run (0,
             ``None``); only the fields of
-            :data:`~funcgraph.runs.meta_train_config.MAY_CHANGE_ON_RESUME` may differ from
+            :data:`~funcgraph.runs.meta_training.config.MAY_CHANGE_ON_RESUME` may differ from
             the stored config.
         echo: where one-line summaries go.
         label: put before each step line the loop prints (``[trial 3] ``).

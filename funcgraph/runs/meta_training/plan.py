@@ -15,22 +15,22 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .. import random
-from ..errors import ConfigError
-from ..meta.evaluate import EVAL_BATCH, TaskSampler
-from ..meta.learner import MetaLearner, Task
-from ..meta.registry import algorithm_type
-from ..meta.strategy import (
+from ... import random
+from ...errors import ConfigError
+from ...meta.evaluate import EVAL_BATCH, TaskSampler
+from ...meta.learner import MetaLearner, Task
+from ...meta.registry import algorithm_type
+from ...meta.strategy import (
     STRATEGIES,
     default_chunk_size,
     examples_per_task,
     resolve_strategy,
 )
-from ..model import Model, bind
-from ..params import Params, count, nbytes
-from ..placement import placed_model
-from ..random import Key
-from .memory import (
+from ...model import Model, bind
+from ...params import Params, count, nbytes
+from ...placement import placed_model
+from ...random import Key
+from ..memory import (
     MemoryEstimate,
     allocated_bytes,
     available_bytes,
@@ -39,10 +39,10 @@ from .memory import (
     fmt_bytes,
     resident_bytes,
 )
-from .meta_train_config import MetaTrainConfig, algorithm_settings, task_info
-from .probe import probe
-from .resolve import ModelSpec, resolve_model, with_overrides
-from .task_sources import TaskSources
+from ..probe import probe
+from ..resolve import ModelSpec, resolve_model, with_overrides
+from ..task_sources import TaskSources
+from .config import MetaTrainConfig, algorithm_settings, task_info
 
 
 def default_model_config(algo: str, sources: TaskSources) -> ModelSpec:

@@ -14,19 +14,19 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..checks import check_choice, check_int, check_number, check_rate, option
-from ..data.registry import check_data_root, dataset_type
-from ..errors import ConfigError
-from ..meta.registry import (
+from ...checks import check_choice, check_int, check_number, check_rate, option
+from ...data.registry import check_data_root, dataset_type
+from ...errors import ConfigError
+from ...meta.registry import (
     DEFAULT_META_LR,
     AlgorithmType,
     TaskInfo,
     algorithm_names,
     algorithm_type,
 )
-from ..meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
-from ..meta.strategy import CHOICES, STRATEGIES
-from ..precision import CHOICES as PRECISION_CHOICES
+from ...meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
+from ...meta.strategy import CHOICES, STRATEGIES
+from ...precision import CHOICES as PRECISION_CHOICES
 
 META_OPTIMIZERS = ("adam", "sgd")
 
@@ -80,7 +80,7 @@ class MetaTrainConfig:
     strategy: str = "auto"
     max_memory: int | None = None
     """Bytes the meta-step's estimated peak may take (``--max-memory``): vmap maps fewer tasks
-    at a time to stay under it (:func:`~funcgraph.runs.meta_plan.plan_meta_train`)."""
+    at a time to stay under it (:func:`~funcgraph.runs.meta_training.plan.plan_meta_train`)."""
     precision: str = "float32"
     compile: bool = False
     """The user's request (``--compile``): compile the whole meta-step."""

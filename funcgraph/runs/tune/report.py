@@ -17,11 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..checks import option
-from ..errors import ConfigError
-from .meta_train_config import MetaTrainConfig, default_config
-from .tune_space import FRACTIONS, MODEL_PREFIX, OPTION_NAMES, SearchSpace
-from .tune_study import attempt_cpu_s, higher_is_better, origin, shown_setting, shown_value
+from ...checks import option
+from ...errors import ConfigError
+from ..meta_training.config import MetaTrainConfig, default_config
+from .space import FRACTIONS, MODEL_PREFIX, OPTION_NAMES, SearchSpace
+from .study import attempt_cpu_s, higher_is_better, origin, shown_setting, shown_value
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

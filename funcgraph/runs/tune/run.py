@@ -23,9 +23,9 @@ lock says no process is running it), with an RDB store by Optuna's heartbeat, an
 workers (:func:`lost_worker`).
 
 The study (options, storage, pruner, which trials count and which are retried) is
-:mod:`~funcgraph.runs.tune_study`; one trial is :mod:`~funcgraph.runs.tune_objective`; the
-space is :mod:`~funcgraph.runs.tune_space`; ``tune show`` and ``tune confirm`` are
-:mod:`~funcgraph.runs.tune_report` and :mod:`~funcgraph.runs.tune_confirm`.
+:mod:`~funcgraph.runs.tune.study`; one trial is :mod:`~funcgraph.runs.tune.objective`; the
+space is :mod:`~funcgraph.runs.tune.space`; ``tune show`` and ``tune confirm`` are
+:mod:`~funcgraph.runs.tune.report` and :mod:`~funcgraph.runs.tune.confirm`.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RunDirectoryError
-from ..files import atomic_write
-from ..plugins import import_plugins
-from ..train.ownership import OWN_FILES, RunLock
-from .tune_identity import LOCK_FILE
-from .tune_objective import Objective, describe
-from .tune_space import check_run, parse_space
-from .tune_study import (
+from ...errors import ConfigError, RunDirectoryError
+from ...files import atomic_write
+from ...plugins import import_plugins
+from ...train.ownership import OWN_FILES, RunLock
+from .identity import LOCK_FILE
+from .objective import Objective, describe
+from .space import check_run, parse_space
+from .study import (
     SPACE_FILE,
     Echo,
     TuneOptions,
@@ -62,7 +62,7 @@ def run_worker(opts: TuneOptions, worker: int, echo: Echo = print) -> None:
     """One worker: sample and run trials on the shared study until a budget is spent."""
     import torch
 
-    from ..allocator import keep_freed_memory
+    from ...allocator import keep_freed_memory
 
     keep_freed_memory()
     torch.set_num_threads(opts.threads or max(1, (os.cpu_count() or 1) // opts.workers))

@@ -21,16 +21,16 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from ..files import atomic_write
-from ..train import Run
-from .meta_plan import model_config
-from .meta_train import meta_train
-from .meta_train_config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
-from .task_sources import sources_for
-from .tune_report import best_trial, command_line
-from .tune_space import SearchSpace
-from .tune_study import dataset_metric, metric_of
+from ...errors import ConfigError
+from ...files import atomic_write
+from ...train import Run
+from ..meta_training.config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
+from ..meta_training.loop import meta_train
+from ..meta_training.plan import model_config
+from ..task_sources import sources_for
+from .report import best_trial, command_line
+from .space import SearchSpace
+from .study import dataset_metric, metric_of
 
 CONFIRM_DIR = "confirm"
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from ..plugins import import_recorded
-from ..train import Run
-from .meta_plan import model_config
-from .meta_train import meta_train
-from .task_sources import TaskSources, sources_for
-from .tune_study import (
+from ...errors import ConfigError
+from ...plugins import import_recorded
+from ...train import Run
+from ..meta_training.loop import meta_train
+from ..meta_training.plan import model_config
+from ..task_sources import TaskSources, sources_for
+from .study import (
     CAP_CHECK_STEPS,
     TRIALS_DIR,
     Echo,

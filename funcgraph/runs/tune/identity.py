@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RunDirectoryError
-from ..files import atomic_write
-from .tune_space import SearchSpace
+from ...errors import ConfigError, RunDirectoryError
+from ...files import atomic_write
+from .space import SearchSpace
 
 STUDY_FILE = "study.json"
 DB_FILE = "study.db"

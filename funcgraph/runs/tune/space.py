@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, FuncgraphError
-from .meta_train_config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
+from ...errors import ConfigError, FuncgraphError
+from ..meta_training.config import RECORDED_BY_THE_RUN, MetaTrainConfig, default_config
 
 FRACTIONS = {"first_order_fraction": "first_order_until",
              "msl_anneal_fraction": "msl_anneal_steps"}
@@ -283,10 +283,10 @@ def _check_study(study: Mapping[str, Any]) -> None:
     """The ``[study]`` values, each by the library's own check: the algorithm and data set
     registered, the task spec parsed as the data set's kind reads it (``5way1shot``;
     regression: ``10shot``), the data root and image size as ``meta-train`` takes them."""
-    from ..checks import check_int
-    from ..data.registry import check_data_root, dataset_type
-    from ..data.tasks import TaskSpec, regression_spec
-    from ..meta.registry import algorithm_type
+    from ...checks import check_int
+    from ...data.registry import check_data_root, dataset_type
+    from ...data.tasks import TaskSpec, regression_spec
+    from ...meta.registry import algorithm_type
 
     for key in ("algo", "dataset", "tasks", "data_root"):
         if key in study and not isinstance(study[key], str):
@@ -324,7 +324,7 @@ def _check_type(name: str, value: Value, where: str) -> None:
     """A ``[fixed]`` value or a choice of the type its option takes, where ``meta-train``'s
     config would not refuse another (a flag given ``1`` or ``"yes"`` would read as on); the
     ranges are the config's own checks (:func:`check_space`)."""
-    from ..checks import check_bool
+    from ...checks import check_bool
 
     if name in _FIELDS and _field_kind(name) == "bool":
         check_bool(where, "a flag", value)
@@ -332,8 +332,8 @@ def _check_type(name: str, value: Value, where: str) -> None:
 
 def _settings_of(algo: str) -> set[str]:
     """The config fields that are settings of algorithm ``algo``."""
-    from ..meta.registry import algorithm_type
-    from .meta_train_config import CONFIG_NAMES
+    from ...meta.registry import algorithm_type
+    from ..meta_training.config import CONFIG_NAMES
 
     return {CONFIG_NAMES.get(n, n) for n in algorithm_type(algo).setting_names()} & set(_FIELDS)
 
@@ -341,7 +341,7 @@ def _settings_of(algo: str) -> set[str]:
 def _check_algorithm_has(space: SearchSpace) -> None:
     """Refuse a knob or fixed value that only other algorithms read (``imaml_lambda`` on
     MAML): its trials would run with the setting dead."""
-    from ..meta.registry import algorithm_names
+    from ...meta.registry import algorithm_names
 
     algo = space.study["algo"]
     mine = _settings_of(algo)
@@ -367,7 +367,7 @@ def check_run(space: SearchSpace) -> None:
     the study's run and at each end of every knob that changes the tasks (``train_queries``,
     ``rotate``), and the model at each end of every ``model.NAME`` knob
     (:func:`check_model_knobs`)."""
-    from .task_sources import TaskSources, sources_for
+    from ..task_sources import TaskSources, sources_for
 
     built: dict[tuple[Any, ...], TaskSources] = {}
     cases = [("space: the study's run", space.config({}))]
@@ -394,9 +394,9 @@ def check_model_knobs(space: SearchSpace, sources: Any = None) -> None:
     knobs = [k for k in space.knobs if k.name.startswith(MODEL_PREFIX)]
     if not knobs and not any(name.startswith(MODEL_PREFIX) for name in space.fixed):
         return
-    from .meta_plan import model_config
-    from .resolve import resolve_model
-    from .task_sources import sources_for
+    from ..meta_training.plan import model_config
+    from ..resolve import resolve_model
+    from ..task_sources import sources_for
 
     cfg = space.config({})
     sources = sources_for(cfg) if sources is None else sources

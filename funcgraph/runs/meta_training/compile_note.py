@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write
-from ..meta.compiled import CompileFallback, CompileRecord, recording, use_compile_cache
+from ...files import atomic_write
+from ...meta.compiled import CompileFallback, CompileRecord, recording, use_compile_cache
 
 TIMES_FILE = "funcgraph-compile-seconds.json"
 

@@ -3,7 +3,7 @@ bookkeeping of trials that an earlier start left unfinished.
 
 Optuna keeps the study (``STUDY/study.db`` by default, or any storage ``--storage`` names);
 this module opens it with a seeded TPE sampler and the pruner chosen, and decides which
-trials count against the budget and which are retried (see :mod:`funcgraph.runs.tune`).
+trials count against the budget and which are retried (see :mod:`funcgraph.runs.tune.run`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import ConfigError
-from .tune_identity import (
+from ...errors import ConfigError
+from .identity import (
     TRIALS_DIR,
     StudyRecord,
     check_identity,
@@ -28,7 +28,7 @@ from .tune_identity import (
     study_lock,
     study_record,
 )
-from .tune_space import SearchSpace
+from .space import SearchSpace
 
 SPACE_FILE = "space.toml"
 MAX_RETRIES = 3
@@ -105,7 +105,7 @@ class TuneOptions:
 
     @property
     def record(self) -> StudyRecord:
-        """The study's name and storage (:func:`~funcgraph.runs.tune_identity.study_record`)."""
+        """The study's name and storage (:func:`~funcgraph.runs.tune.identity.study_record`)."""
         return study_record(self.study_dir, name=self.study_name, storage=self.storage)
 
     @property
@@ -201,7 +201,7 @@ def make_pruner(name: str, space: SearchSpace) -> Any:
 
 
 def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> Any:
-    """The study of ``opts``' directory in its storage (see :mod:`~funcgraph.runs.tune_identity`:
+    """The study of ``opts``' directory in its storage (see :mod:`~funcgraph.runs.tune.identity`:
     its name, its attributes, a lost store refused), created on first use (``create=False``:
     refused where there is none, as ``tune show`` and ``tune confirm`` want).
 
@@ -257,7 +257,7 @@ def open_study(opts: TuneOptions, worker: int = 0, *, create: bool = True) -> An
 def dataset_metric(dataset: str) -> str:
     """The figure runs on ``dataset`` are scored by: accuracy for classification, mean
     squared error for regression."""
-    from ..data.registry import dataset_type
+    from ...data.registry import dataset_type
 
     return "acc" if dataset_type(dataset).kind == "classification" else "mse"
 
@@ -294,7 +294,7 @@ def recover(study: Any, *, owned: bool, dead: str | None = None) -> list[int]:
     with ``dead`` (a worker's ``process`` attribute, ``HOST pid N``, of a worker that died)
     so are that process's. Returns the numbers of the trials retried.
 
-    Call it under :func:`~funcgraph.runs.tune_identity.study_lock`: two starts recovering at
+    Call it under :func:`~funcgraph.runs.tune.identity.study_lock`: two starts recovering at
     once would each queue the same retry."""
     import optuna
     from optuna.trial import TrialState
