@@ -28,6 +28,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # The mapping protocol: the expression evaluator's lookup signals an unknown name with
     # KeyError and turns it into an ExprError (a ConfigError) that suggests a close name.
     ("funcgraph/factory/config.py", "Variables.__getitem__"): "KeyError for a missing name",
+    # A command's resume map that names an option it gives no value for is a bug in the
+    # command's own tables (OPTION_FIELDS), never the user's input: it must not pass silently.
+    ("funcgraph/commands/common.py", "resumed_config"): "TypeError for a command's own map",
 }
 """``(file, enclosing function) -> why``: the raises of a builtin error that are protocol or
 invariant, never a user's mistake. Keep this tiny; a user's mistake gets a funcgraph error."""

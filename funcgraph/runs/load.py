@@ -30,6 +30,7 @@ from ..meta.adapted import AdaptThenScore, Predict
 from ..meta.learner import MetaLearner
 from ..model import Model
 from ..params import Params, State
+from ..placement import cpu_threads
 from ..plugins import import_recorded
 from ..precision import in_precision
 from ..random import Key
@@ -64,7 +65,7 @@ class LoadedRun:
         own learner, as ``funcgraph evaluate`` adapts to each of its test tasks: the learner
         and its evaluation settings (inner steps and rate, Meta-SGD's and MAML++'s learned
         rates, MAML++'s batch-norm rows or ``--bn-running-stats``, ProtoNet's prototypes) and
-        the precision the run recorded, through the same code.
+        the precision and CPU threads the run recorded, through the same code.
 
         Arguments:
             x_support: ``(S, *input)`` inputs in the dtype of the run's params, ``input`` the
@@ -97,10 +98,11 @@ class LoadedRun:
             random.check_key("LoadedRun.adapt", task_key, batch=False)
         device = x_support.device.type
         adapt = in_precision(learner.task_eval.adapt, cfg.precision, device)
-        predict = adapt(meta_params, x_support, y_support, task_key)
+        with cpu_threads(cfg.threads):  # the run's own count: rounding follows the threads
+            predict = adapt(meta_params, x_support, y_support, task_key)
         return AdaptedRun(in_precision(predict, cfg.precision, device), sources.kind,
                           sources.ways if sources.kind == "classification" else None,
-                          tuple(example), dtype)
+                          tuple(example), dtype, cfg.threads)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class AdaptedRun:
         ways: the classes of a classification run (``None`` for regression).
         example: the shape of one input (``(C, H, W)`` for images).
         dtype: the inputs' dtype.
+        threads: the CPU threads the run recorded (0: the process's count), which
+            :meth:`predict` runs with, as ``funcgraph evaluate`` scores.
     """
 
     adapted: Predict
@@ -119,6 +123,7 @@ class AdaptedRun:
     ways: int | None
     example: tuple[int, ...]
     dtype: torch.dtype
+    threads: int = 0
 
     def predict(self, x_query: Tensor) -> Tensor:
         """``(Q, ways)`` logits (classification) or ``(Q, D)`` values (regression) of
@@ -129,7 +134,8 @@ class AdaptedRun:
             ShapeError: ``x_query`` of the wrong shape or dtype.
         """
         check_inputs("predict", "x_query", x_query, self.example, self.dtype)
-        return self.adapted(x_query)
+        with cpu_threads(self.threads):
+            return self.adapted(x_query)
 
 
 def check_inputs(fn: str, name: str, x: object, example: tuple[int, ...],
