@@ -48,6 +48,14 @@ Tasks = tuple[Tensor, Tensor, Tensor, Tensor]
 """``(support_x, support_y, query_x, query_y)``, each with the tasks on the leading dim."""
 
 
+class Block(nn.Module):
+    """One conv4 block's convolution and norm (a class of its own: ``higher`` patches each
+    module's class, and cannot patch a bare ``nn.Module``)."""
+
+    conv: nn.Conv2d
+    norm: nn.BatchNorm2d
+
+
 class PeerConv4(nn.Module):
     """Pooled conv4 as every peer writes it: four blocks of 3x3 convolution, batch norm with
     batch statistics, ReLU and 2x2 max-pool, then a linear head (funcgraph's
@@ -56,7 +64,7 @@ class PeerConv4(nn.Module):
     def __init__(self, ways: int, hidden: int = 64) -> None:
         super().__init__()
         for i in range(4):
-            block = nn.Module()
+            block = Block()
             block.conv = nn.Conv2d(1 if i == 0 else hidden, hidden, 3, 1, 1)
             block.norm = nn.BatchNorm2d(hidden, track_running_stats=False)
             self.add_module(f"block{i + 1}", block)
@@ -99,6 +107,8 @@ def learn2learn_step(model: nn.Module, lr: float) -> Callable[[nn.Module, Tasks,
 
         def exec_module(self, module: types.ModuleType) -> None:
             module.__path__ = []  # type: ignore[attr-defined]
+            # any name it is asked for is a class (learn2learn subclasses some at import)
+            module.__getattr__ = lambda name: type(name, (), {})  # type: ignore[attr-defined]
 
     if "learn2learn" not in sys.modules:
         sys.meta_path.insert(0, NoTorchvision())  # type: ignore[arg-type]
