@@ -89,6 +89,14 @@ def make_data(ways: int, queries: int, meta_batch: int, seed: int = 0) -> dict[s
     return {"state": state, "tasks": (sx, sy, qx, qy), "ways": ways}
 
 
+def _stub_class(name: str) -> type:
+    """A class for any public name of a stubbed module (dunder names stay missing, so
+    ``inspect`` and ``import`` see a plain module)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (), {})
+
+
 def learn2learn_step(model: nn.Module, lr: float) -> Callable[[nn.Module, Tasks, float], None]:
     """learn2learn's MAML wrapped around ``model`` once; the returned function puts the mean
     meta-gradient into ``model``'s ``.grad``."""
@@ -108,7 +116,7 @@ def learn2learn_step(model: nn.Module, lr: float) -> Callable[[nn.Module, Tasks,
         def exec_module(self, module: types.ModuleType) -> None:
             module.__path__ = []  # type: ignore[attr-defined]
             # any name it is asked for is a class (learn2learn subclasses some at import)
-            module.__getattr__ = lambda name: type(name, (), {})  # type: ignore[attr-defined]
+            module.__getattr__ = _stub_class  # type: ignore[attr-defined]
 
     if "learn2learn" not in sys.modules:
         sys.meta_path.insert(0, NoTorchvision())  # type: ignore[arg-type]
