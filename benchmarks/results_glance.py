@@ -66,48 +66,6 @@ class Runs:
                 f"{min(accs):.2f} to {max(accs):.2f})")
 
 
-def _measured_at(record: dict[str, Any], figure: dict[str, Any], queries: int, conv4: str,
-                 threads: int | None) -> bool:
-    """Whether a ``meta_step`` figure row was measured at ``queries`` queries per class on
-    conv4's ``conv4`` variant (records before ``--variant`` existed are the pooled one) with
-    ``threads`` CPU threads (the command's ``OMP_NUM_THREADS``; ``None``: any)."""
-    config = figure.get("config", {})
-    given = re.match(r"OMP_NUM_THREADS=(\d+) ", record["command"])
-    return bool(config.get("queries") == queries and config.get("variant", "pool") == conv4
-                and (threads is None or (given is not None and int(given[1]) == threads)))
-
-
-@dataclass(frozen=True)
-class Speed:
-    """One meta-step's speed-up: funcgraph's fastest variant (among those named ``ours``, or
-    all float32 ones) over the row named exactly ``against`` in the newest ``meta_step``
-    record that has both at ``queries`` queries per class."""
-
-    label: str
-    queries: int
-    against: str
-    ours: tuple[str, ...] = ()
-    conv4: str = "pool"
-    """conv4's variant in the record's config (``--variant``)."""
-    threads: int | None = None
-    """The record's CPU threads (``None``: any)."""
-
-    def figure(self, read: Records) -> str | None:
-        for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
-            rows = {f["variant"]: f["s_per_step"] for f in record["figures"]
-                    if "variant" in f and _measured_at(record, f, self.queries, self.conv4,
-                                                       self.threads)}
-            other = rows.get(self.against)
-            # unless named: funcgraph's conv4 in float32
-            ours = {v: s for v, s in rows.items() if v.startswith("funcgraph") and (
-                v in self.ours if self.ours else not {"bf16", "module"} & set(v.split("+")[1:]))}
-            if other and ours:
-                best = min(ours, key=ours.__getitem__)
-                return (f"{other / ours[best]:.2f}x ({best.removeprefix('funcgraph ')}; "
-                        f"{record['machine']['cpu']}, {other:.3f} against {ours[best]:.3f} s)")
-        return None
-
-
 @dataclass(frozen=True)
 class Settings:
     """The four standard settings table (``benchmarks/results_settings.py``): how many of its
@@ -139,28 +97,6 @@ class Versus:
         if a is None or b is None:
             return None
         return f"{self.first.label} {a} against {self.second.label} {b}"
-
-
-@dataclass(frozen=True)
-class Memory:
-    """Peak resident memory of funcgraph's variant ``ours`` and of the row ``against`` in the
-    newest ``meta_step`` record that has both at ``queries`` queries, ``threads`` threads."""
-
-    label: str
-    queries: int
-    ours: str
-    against: str
-    threads: int
-
-    def figure(self, read: Records) -> str | None:
-        for record in sorted(read("meta_step"), key=lambda r: r["date"], reverse=True):
-            rss = {f["variant"]: f.get("peak_rss_gb") for f in record["figures"]
-                   if "variant" in f and _measured_at(record, f, self.queries, "pool",
-                                                      self.threads)}
-            if rss.get(self.ours) and rss.get(self.against):
-                return (f"{rss[self.ours]:.2f} GB against {rss[self.against]:.2f} GB "
-                        f"({rss[self.ours] / rss[self.against]:.2f}x)")
-        return None
 
 
 @dataclass(frozen=True)
@@ -219,11 +155,41 @@ class Study:
                 f"(trial {best['trial']}), {cpu_h:.1f} CPU h in all")
 
 
-Entry = Runs | Speed | Settings | Versus | Memory | Edge | Darts | Study
-SPEED_PEER = "baseline (clone-and-adapt loop)"
-"""The meta-step's reference: the clone-and-adapt loop written after learn2learn's
-``MAML.clone().adapt`` in ``benchmarks/meta_step.py`` (the glance says so in its label)."""
+@dataclass(frozen=True)
+class Peers:
+    """funcgraph's ``ours`` against the real learn2learn in the newest ``peers`` record
+    (``benchmarks/peers.py``) at ``queries`` and ``threads``: the ratio of medians, each side's
+    median and quartiles, the CPU, and the share of the step's op-limit."""
 
+    label: str
+    queries: int
+    threads: int
+    ours: str = "funcgraph-module"
+    memory: bool = False
+    """The processes' peak resident memory (medians over rounds) instead of the time."""
+
+    def figure(self, read: Records) -> str | None:
+        for record in sorted(read("peers"), key=lambda r: r["date"], reverse=True):
+            rows = {f["implementation"]: f for f in record["figures"]
+                    if "wall_s_median" in f and f["queries"] == self.queries
+                    and f["threads"] == self.threads}
+            ours, peer = rows.get(self.ours), rows.get("learn2learn")
+            if ours and peer and self.memory:
+                mine, theirs = ours["peak_rss_mb_median"], peer["peak_rss_mb_median"]
+                return (f"{mine:.0f} MB against learn2learn's {theirs:.0f} MB "
+                        f"({mine / theirs:.2f}x; whole processes, {ours['cpu']})")
+            if ours and peer:
+                def spread(f: dict[str, Any]) -> str:
+                    return (f"{f['wall_s_median']:.3f} s [{f['wall_s_q1']:.3f}, "
+                            f"{f['wall_s_q3']:.3f}]")
+                return (f"{ours['speedup_vs_learn2learn']:.2f}x: {spread(ours)} against "
+                        f"learn2learn {spread(peer)} (median [quartiles], {ours['rounds']} "
+                        f"rounds; {ours['cpu']}; {ours['pct_of_op_limit']:.0f}% of the step's "
+                        f"op-limit)")
+        return None
+
+
+Entry = Peers | Runs | Settings | Versus | Edge | Darts | Study
 GLANCE: tuple[tuple[Entry, str], ...] = (
     (Runs("The README's run: ProtoNet, glyphs 5-way 1-shot", ("readme",), "glyphs"), META),
     (Versus("MAML++ against ProtoNet at their defaults on patterns, a set no choice saw "
@@ -241,14 +207,13 @@ GLANCE: tuple[tuple[Entry, str], ...] = (
     (Settings("ProtoNet, MAML and MAML++ defaults on glyphs in the four standard settings "
               "(5-way and 20-way, 1-shot and 5-shot)"),
      META + "#the-four-standard-settings"),
-    (Speed("One second-order MAML meta-step, your own `nn.Module` through `meta.maml(module)` "
-           "(pooled conv4, 5-way 1-shot, 32 tasks, 1 query, two threads, wall clock): speed-up "
-           "over a clone-and-adapt loop written after learn2learn's `MAML.clone().adapt`",
-           1, SPEED_PEER, ("funcgraph auto+module",), threads=2), META),
-    (Speed("The same at 15 queries per class", 15, SPEED_PEER, ("funcgraph auto+module",),
-           threads=2), META),
-    (Memory("Peak memory of that step at 1 query (`strategy=\"auto\"` against the loop)", 1,
-            "funcgraph auto", SPEED_PEER, threads=2), META),
+    (Peers("One second-order MAML meta-step of your own `nn.Module` through "
+           "`meta.maml(module)` against the real learn2learn 0.2.0 (`MAML.clone().adapt`): pooled "
+           "conv4, 5-way 1-shot, 32 tasks, 1 query, one thread, glibc's default allocator on "
+           "every side", 1, 1), META + "#against-the-real-peers"),
+    (Peers("The same at 15 queries per class", 15, 1), META + "#against-the-real-peers"),
+    (Peers("Peak memory of that step at 1 query", 1, 1, memory=True),
+     META + "#against-the-real-peers"),
     (Edge("Export for the edge: the AOTInductor-compiled `torch.export` program against the "
           "eager model, batch 1"), "docs/results/benchmarks.md"),
     (Darts("DARTS: searched cells against random cells trained alike"),
