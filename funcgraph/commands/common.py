@@ -338,3 +338,18 @@ def show_plan(config: dict[str, Any], lines: list[str]) -> None:
                   soft_wrap=True)
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+RUN_OPTIONS_NOT_IN_CONFIG: dict[str, str] = {
+    "dry_run": "writes nothing: no run to record",
+    "tensorboard": "another copy of metrics.jsonl's numbers",
+    "import_": "the run directory records the modules as config.json's imports and a resume "
+               "imports them again (funcgraph.plugins)",
+    "out": "the run directory itself",
+    "resume": "continues the run in --out; nothing of its own to record",
+    "nproc": "the data-parallel world size, recorded in each checkpoint",
+    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
+    "dist_timeout": "how long a rank waits for the others; no result depends on it",
+}
+"""The options every training command shares that set no ``config.json`` key, each with why
+its value needs no record; a command's own ``NOT_IN_CONFIG`` extends it."""

@@ -11,6 +11,7 @@ import typer
 from ..data.registry import dataset_help
 from .common import (
     DATA_PANEL,
+    RUN_OPTIONS_NOT_IN_CONFIG,
     BackendOption,
     DataRootOption,
     DeviceOption,
@@ -68,18 +69,10 @@ the config from the options and the run directory refuses one that differs (``--
 ``--epochs`` and ``--threads`` may change)."""
 
 NOT_IN_CONFIG: dict[str, str] = {
+    **RUN_OPTIONS_NOT_IN_CONFIG,
     "data_root": "the folder a dataset is read from; the data's name (dataset, classes, image "
                  "size) is recorded",
     "device": "where the run runs; each checkpoint records the config it ran",
-    "dry_run": "writes nothing: no run to record",
-    "tensorboard": "another copy of metrics.jsonl's numbers",
-    "import_": "the run directory records the modules as config.json's imports and a resume "
-               "imports them again (funcgraph.plugins)",
-    "out": "the run directory itself",
-    "resume": "continues the run in --out; nothing of its own to record",
-    "nproc": "the data-parallel world size, recorded in each checkpoint",
-    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
-    "dist_timeout": "how long a rank waits for the others; no result depends on it",
 }
 """Options that set no ``config.json`` key, each with why its value needs no record."""
 

@@ -10,6 +10,7 @@ import typer
 
 from .common import (
     MODEL_PANEL,
+    RUN_OPTIONS_NOT_IN_CONFIG,
     BackendOption,
     DeviceOption,
     DistTimeoutOption,
@@ -43,17 +44,9 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
 name); a ``--resume`` takes the fields of the options named beside it."""
 
 NOT_IN_CONFIG: dict[str, str] = {
+    **RUN_OPTIONS_NOT_IN_CONFIG,
     "device": "where the run runs; each checkpoint records the device type",
     "place": "where each param lives (a placement plan); the values are the same",
-    "dry_run": "writes nothing: no run to record",
-    "tensorboard": "another copy of metrics.jsonl's numbers",
-    "import_": "the run directory records the modules as config.json's imports and a resume "
-               "imports them again (funcgraph.plugins)",
-    "out": "the run directory itself",
-    "resume": "continues the run in --out; nothing of its own to record",
-    "nproc": "the data-parallel world size, recorded in each checkpoint",
-    "backend": "how the ranks talk (gloo, nccl), chosen for the device",
-    "dist_timeout": "how long a rank waits for the others; no result depends on it",
 }
 """Options that set no config field, each with why its value needs no record."""
 
