@@ -10,6 +10,7 @@ import torch
 from funcgraph import bind, nn, random
 from funcgraph.models import conv4
 from funcgraph.nn import norm as norm_module
+from funcgraph.runs import memory
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +50,19 @@ def test_a_batch_and_a_vmapped_task_do_not_warn() -> None:
         # inside a transform a learner's task chose its own batch: one example per task is
         # the task's affair, not a user's single image
         torch.func.vmap(lambda t: norm.apply(params, state, t[:1])[0])(x)
+
+
+def test_a_probe_on_the_meta_device_neither_warns_nor_uses_up_the_once() -> None:
+    model = conv4(5, variant="strided")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nn.BatchStatisticsWarning)
+        # the run layer's memory check counts one example's forward on meta tensors
+        assert memory.forward_bytes(model, *memory.meta_init(model),
+                                    memory.meta_example((1, 1, 28, 28)))
+    params, state = model.init(random.key(0))
+    one, _ = _one_image_and_batch()
+    with pytest.warns(nn.BatchStatisticsWarning):
+        bind(model, state)(params, one)
 
 
 def test_running_statistics_at_evaluation_do_not_warn() -> None:

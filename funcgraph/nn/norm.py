@@ -41,9 +41,11 @@ def warn_if_one_example(fn: str, x: Tensor) -> None:
     """Warn, once per process, when batch statistics are taken over a batch of fewer than two
     examples outside ``torch.func`` transforms: the same image gives another output inside a
     batch, which a user calling a trained model on one image does not expect. Inside
-    transforms the caller (a meta-learner's task) chose its batch itself."""
+    transforms the caller (a meta-learner's task) chose its batch itself; on the meta device
+    nothing is computed (a shape or memory probe, such as the run layer's, counts one
+    example), so neither warns nor uses up the once."""
     global _warned_one_example
-    if x.shape[0] < 2 and not _warned_one_example and not in_transform():
+    if x.shape[0] < 2 and not _warned_one_example and not x.is_meta and not in_transform():
         _warned_one_example = True
         warnings.warn(
             f"{fn}: batch statistics over a batch of {x.shape[0]} example(s) of shape "
