@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cache_checks import assert_cache_round_trip
+from cache_checks import assert_cache_round_trip, install_tiny_generator
 from cli_helpers import run_ok
 
 from funcgraph import random
@@ -123,17 +123,7 @@ def test_pixels_are_a_weak_cue_and_the_texture_a_strong_one(test_split: ClassDat
 @pytest.fixture
 def tiny_generator(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make load_patterns generate three classes of four images; records each call."""
-    calls: list[str] = []
-
-    def fake(split: str, *, seed: int = 0, image_size: int = 28) -> ClassDataset:
-        calls.append(split)
-        images = torch.stack([render_class(seed, c, image_size=image_size, count=4)
-                              for c in SPLITS[split][:3]])
-        return ClassDataset((images * 255).round().to(torch.uint8), ["a", "b", "c"],
-                            f"patterns/{split}")
-
-    monkeypatch.setattr(patterns_module, "generate_patterns", fake)
-    return calls
+    return install_tiny_generator(monkeypatch, patterns_module, "generate_patterns", "patterns")
 
 
 def test_cache_round_trip_and_a_damaged_file_is_regenerated(

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cache_checks import assert_cache_round_trip
+from cache_checks import assert_cache_round_trip, install_tiny_generator
 from PIL import Image
 
 from funcgraph import random
-from funcgraph.data import ClassDataset, TaskSpec, load_rgb_shapes, sample_tasks
+from funcgraph.data import TaskSpec, load_rgb_shapes, sample_tasks
 from funcgraph.data import rgb_shapes as rgb_module
 from funcgraph.data.__main__ import main
 from funcgraph.data.cache import cache_path
@@ -73,17 +73,7 @@ def test_tasks_are_float_rgb() -> None:
 @pytest.fixture
 def tiny_generator(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Make load_rgb_shapes generate three classes of four images; records each call."""
-    calls: list[str] = []
-
-    def fake(split: str, *, seed: int = 0, image_size: int = 84) -> ClassDataset:
-        calls.append(split)
-        images = torch.stack([render_class(seed, c, image_size=image_size, count=4)
-                              for c in SPLITS[split][:3]])
-        return ClassDataset((images * 255).round().to(torch.uint8), ["a", "b", "c"],
-                            f"rgb-shapes/{split}")
-
-    monkeypatch.setattr(rgb_module, "generate_rgb_shapes", fake)
-    return calls
+    return install_tiny_generator(monkeypatch, rgb_module, "generate_rgb_shapes", "rgb-shapes")
 
 
 def test_cache_round_trip_and_a_damaged_file_is_regenerated(
