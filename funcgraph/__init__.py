@@ -7,9 +7,9 @@ no torch and ``funcgraph --help`` stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._exports import lazy_exports
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -32,20 +32,6 @@ _MODULES = ("allocator", "checks", "control", "data", "debug", "distributed", "e
 plain ``import funcgraph`` (imported on first use)."""
 
 
-def __getattr__(name: str) -> Any:
-    """Import a submodule or a core name's module on first attribute access (PEP 562)."""
-    if name in _MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _CORE:
-        return getattr(importlib.import_module(f"{__name__}.{_CORE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """The public names and the documented submodules, loaded or not; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
 __all__ = [
     "FuncgraphError",
     "Model",
@@ -65,3 +51,5 @@ __all__ = [
     "random",
     "stateless",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_CORE)

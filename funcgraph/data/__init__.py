@@ -16,8 +16,9 @@ imports the glyph generator or the image readers.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "augment": ("color_jitter", "compose", "horizontal_flip", "random_crop"),
@@ -63,17 +64,6 @@ _MODULES = (*_EXPORTS, "cache", "images", "strokes")
 use)."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    if name in _MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """The public names and the documented submodules, loaded or not; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
 __all__ = sorted(_HOME)
+
+__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_HOME)

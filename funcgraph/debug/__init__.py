@@ -4,6 +4,9 @@ call counts.
 See ``docs/inspect.md`` for which tool works under ``vmap``/``grad``.
 """
 
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
 from . import render
 from .calls import count_calls
 from .graph import Graph, GraphDiff, Node, capture, diff
@@ -41,6 +44,5 @@ _MODULES = ("calls", "graph", "render", "taps", "trace")
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -31,6 +31,9 @@ Tracing (and ONNX) is :mod:`funcgraph.export.program`; the saved file, its recor
 checked loading are :mod:`funcgraph.export.artifact`.
 """
 
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
 from .artifact import (
     METADATA_FILE,
     CheckedModule,
@@ -70,6 +73,5 @@ _MODULES = ("artifact", "program")
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -6,10 +6,9 @@ registry (:func:`register_layer`, the ``funcgraph.layers`` entry points), refere
 :class:`~funcgraph.errors.ConfigError` naming the config path.
 """
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .build import Built, LayerRow, build, shape_of
 from .builtin_layers import channel_dim, last_dim
 from .config import apply_overrides, load_config, parse_overrides, shipped_configs
@@ -49,16 +48,5 @@ _MODULES = ("adapters", "build", "builtin_layers", "config", "expr", "inits", "l
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A documented submodule this package does not import itself, on first use:
-        ``adapters``."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -21,10 +21,11 @@ torch, so ``funcgraph meta-train --help`` lists the algorithms without loading o
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from .._exports import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "cg": ("CGResult", "conjugate_gradient", "hessian_vector"),
@@ -126,19 +127,9 @@ _MODULES = (*_EXPORTS, "adapted", "binding")
 unless a function of that name stands there."""
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        home = _HOME[name]
-        module = importlib.import_module(home if home.startswith(".") else f".{home}", __name__)
-        return getattr(module, name)
-    if name in _MODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = sorted(_HOME)
 
-
-def __dir__() -> list[str]:
-    """The public names and the documented submodules, loaded or not; nothing else."""
-    return sorted({*__all__, *_MODULES})
+__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_HOME)
 
 
 class _Package(types.ModuleType):
@@ -156,5 +147,3 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
-
-__all__ = sorted(_HOME)

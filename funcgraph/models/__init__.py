@@ -8,6 +8,9 @@ registry (:data:`funcgraph.factory.REGISTRY`); a run records its model as
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
 from .conv4 import conv4
 from .early_exit import early_exit_cnn
 from .mlp import mlp
@@ -23,6 +26,5 @@ _MODULES = ("conv4", "early_exit", "mlp", "resnet", "resnet12", "rnn")
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -5,6 +5,9 @@ network, over DARTS' eight ops or a search space of your own (op names and
 (:mod:`.remedies`, :mod:`.perturbation`, options of :class:`SearchConfig`). The run around a
 search (epochs, collapse guard, files) is in :mod:`funcgraph.runs`."""
 
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
 from .bilevel import (
     BilevelConfig,
     LossFn,
@@ -130,6 +133,5 @@ _MODULES = ("bilevel", "cell", "genotype", "mixed", "network", "ops", "perturbat
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -1,9 +1,8 @@
 """Pure layers and combinators. Every constructor returns a :class:`funcgraph.Model`."""
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .compose import Children, composite, parallel, residual, serial
 from .conv_norm import conv_batch_norm, patch_moments
 from .dropout import dropout, embedding
@@ -92,16 +91,5 @@ _MODULES = ("compose", "conv_norm", "dropblock", "dropout", "early_exit", "funct
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A documented submodule this package does not import itself, on first use:
-        ``torch_chain``, ``torch_module``."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

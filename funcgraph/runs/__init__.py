@@ -12,10 +12,9 @@ run's model and checkpoint back into Python. The library below knows nothing of 
 the CLI above only parses options and renders results.
 """
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .evaluate import RecordedTest, RunEvaluation, evaluate_run
 from .export import export_run
 from .graph import capture_model_graph
@@ -66,16 +65,5 @@ _MODULES = ("evaluate", "export", "graph", "load", "meta_training", "search",
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A documented submodule this package does not import itself, on first use:
-        ``meta_training``, ``tune``."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -12,10 +12,9 @@ The pytest fixtures (``key``, ``keys``) come from :mod:`funcgraph.testing.plugin
 pytest loads automatically once funcgraph is installed. See ``docs/testing.md``.
 """
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .assertions import (
     assert_grad_matches_finite_differences,
     assert_pure,
@@ -39,16 +38,5 @@ _MODULES = ("assertions", "branches", "module_match", "plugin", "strategies")
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A documented submodule this package does not import itself, on first use:
-        ``plugin``, ``strategies``."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

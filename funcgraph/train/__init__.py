@@ -1,9 +1,8 @@
 """Training machinery shared by every command: optimisers, checkpoints, run dirs, the loop."""
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
 
+from .._exports import lazy_exports
 from .checkpoint import checkpoint_exists, load_checkpoint, save_checkpoint
 from .divergence import DIVERGENCE_BOUND, check_diverged
 from .loop import Groups, LoopConfig, StepFn, run_loop
@@ -33,16 +32,5 @@ _MODULES = ("checkpoint", "divergence", "events", "loop", "optim", "ownership", 
 """The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The public names and the documented submodules; nothing else."""
-    return sorted({*__all__, *_MODULES})
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A documented submodule this package does not import itself, on first use:
-        ``supervised``."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

@@ -8,24 +8,14 @@ meta-step compiled and what that took. Side by side, so that a run's settings ca
 be followed from the command to the step within one room.
 """
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
+
+from ..._exports import lazy_exports
 
 __all__: list[str] = []
 _MODULES = ("compile_note", "config", "loop", "plan")
 """The submodules, each loaded on first use: all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The submodules; nothing else."""
-    return sorted(_MODULES)
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A submodule, imported on first use."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)

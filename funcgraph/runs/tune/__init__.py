@@ -8,24 +8,14 @@ trials, the front, the best command); ``confirm`` re-runs chosen trials on other
 data or seeds. Optuna does the searching; these modules hold what is ours.
 """
 
-import importlib
-from types import ModuleType
 from typing import TYPE_CHECKING
+
+from ..._exports import lazy_exports
 
 __all__: list[str] = []
 _MODULES = ("confirm", "identity", "objective", "report", "run", "space", "study")
 """The submodules, each loaded on first use: all that ``dir()`` lists."""
 
 
-def __dir__() -> list[str]:
-    """The submodules; nothing else."""
-    return sorted(_MODULES)
-
-
-if not TYPE_CHECKING:  # type checkers see the submodules through their imports
-
-    def __getattr__(name: str) -> ModuleType:
-        """A submodule, imported on first use."""
-        if name in _MODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
