@@ -77,6 +77,7 @@ from .learner import (
     Objective,
     StepInputs,
     Task,
+    TaskGradFn,
     call,
     check_apply,
     grad_of,
@@ -225,12 +226,37 @@ def _sgd_step(fast: Params, grads: Params, rates: Params, inner_lr: float, step:
             for n, p in fast.items()}
 
 
-def _check_suffixes(value: object) -> tuple[str, ...]:
-    suffixes = check_sequence("mamlpp", "bn_suffixes", value, "param-name suffixes (str)")
+def _check_per_step_bn(per_step_bn: object, bn_suffixes: object) -> tuple[str, ...]:
+    """The batch-norm options of :func:`mamlpp` checked: the suffixes as a tuple."""
+    if per_step_bn is not None and not isinstance(per_step_bn, bool):
+        raise ConfigError(f"mamlpp: per_step_bn must be None (when the model has batch norm), "
+                          f"True or False, got {per_step_bn!r}")
+    suffixes = check_sequence("mamlpp", "bn_suffixes", bn_suffixes, "param-name suffixes (str)")
     if not suffixes or not all(isinstance(s, str) and s for s in suffixes):
         raise ConfigError(f"mamlpp: bn_suffixes must be a non-empty sequence of non-empty "
-                          f"strings (param-name endings such as 'norm.weight'), got {value!r}")
+                          f"strings (param-name endings such as 'norm.weight'), got "
+                          f"{bn_suffixes!r}")
     return tuple(suffixes)
+
+
+def _meta_params(params: Params, *, inner_steps: int, inner_lr: float, lslr: bool,
+                 per_step_bn: bool | None, suffixes: tuple[str, ...]) -> Params:
+    """MAML++'s meta-params of the model's ``params`` (the learner's ``init``): the adapted
+    params, with LSLR their rates ``"step_lr.<name>"`` (``(inner_steps,)``, from
+    ``inner_lr``), and with per-step batch norm the params ending in ``suffixes`` as
+    ``"step_bn.<name>"`` (``(inner_steps, *shape)``, every row the param)."""
+    norms = [n for n in params if n.endswith(suffixes)] if per_step_bn is not False else []
+    if per_step_bn and not norms:
+        raise ConfigError(f"mamlpp: per_step_bn=True but no param name ends in "
+                          f"{list(suffixes)} (names: {list(params)[:4]}...); pass "
+                          "bn_suffixes naming the batch-norm params, or per_step_bn=False")
+    adapted = {n: p for n, p in params.items() if n not in norms}
+    rates = {STEP_LR_PREFIX + n: torch.full((inner_steps,), inner_lr, dtype=p.dtype,
+                                            device=p.device)
+             for n, p in adapted.items()} if lslr else {}
+    copies = {STEP_BN_PREFIX + n: params[n].expand(inner_steps, *params[n].shape).clone()
+              for n in norms}
+    return {**adapted, **rates, **copies}
 
 
 def mamlpp(
@@ -287,27 +313,16 @@ def mamlpp(
         raise ConfigError(f"mamlpp: name must be a non-empty string, got {name!r}")
     apply, uses_keys, model = check_apply(apply, name)
     obj = objective(kind)
-    if per_step_bn is not None and not isinstance(per_step_bn, bool):
-        raise ConfigError(f"mamlpp: per_step_bn must be None (when the model has batch norm), "
-                          f"True or False, got {per_step_bn!r}")
-    suffixes = _check_suffixes(bn_suffixes)
-
-    def init(params: Params) -> Params:
-        norms = [n for n in params if n.endswith(suffixes)] if per_step_bn is not False else []
-        if per_step_bn and not norms:
-            raise ConfigError(f"mamlpp: per_step_bn=True but no param name ends in "
-                              f"{list(suffixes)} (names: {list(params)[:4]}...); pass "
-                              "bn_suffixes naming the batch-norm params, or per_step_bn=False")
-        adapted = {n: p for n, p in params.items() if n not in norms}
-        rates = {STEP_LR_PREFIX + n: torch.full((inner_steps,), inner_lr, dtype=p.dtype,
-                                                device=p.device)
-                 for n, p in adapted.items()} if lslr else {}
-        copies = {STEP_BN_PREFIX + n: params[n].expand(inner_steps, *params[n].shape).clone()
-                  for n in norms}
-        return {**adapted, **rates, **copies}
-
+    init = partial(_meta_params, inner_steps=inner_steps, inner_lr=inner_lr, lslr=lslr,
+                   per_step_bn=per_step_bn, suffixes=_check_per_step_bn(per_step_bn, bn_suffixes))
     task_eval = AdaptThenScore(partial(mamlpp_adapt, apply, objective=obj, steps=eval_count,
                                        inner_lr=inner_lr), obj)
+    loss = partial(mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr)
+
+    def learner(task_grad: TaskGradFn) -> MetaLearner:
+        """The learner of the meta-steps that share ``task_grad``."""
+        return MetaLearner(name, init, task_grad, task_eval, obj, settings, uses_keys=uses_keys,
+                           schedule=at_step, model=model)
 
     by_values: dict[tuple[Any, ...], MetaLearner] = {}
     annealing: dict[bool, Callable[[Params, Task, Params], tuple[Params, Tensor, Tensor]]] = {}
@@ -319,9 +334,8 @@ def mamlpp(
         if first_order not in annealing:
             def task_grad(meta_params: Params, task: Task, inputs: Params
                           ) -> tuple[Params, Tensor, Tensor]:
-                return task_grad_of(partial(
-                    mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
-                    first_order=first_order, weights=inputs["msl_weights"]))(meta_params, task)
+                return task_grad_of(partial(loss, first_order=first_order,
+                                            weights=inputs["msl_weights"]))(meta_params, task)
 
             annealing[first_order] = task_grad
         return annealing[first_order]
@@ -336,16 +350,10 @@ def mamlpp(
         if weights is not None and step < anneal:
             # float64 holds each Python float exactly; the loss rounds it as a float would be
             inputs = {"msl_weights": torch.tensor(weights, dtype=torch.float64)}
-            return MetaLearner(name, init, StepInputs(annealed(first_order), inputs),
-                               task_eval, obj, settings, uses_keys=uses_keys,
-                               schedule=at_step, model=model)
+            return learner(StepInputs(annealed(first_order), inputs))
         if (weights, first_order) not in by_values:
-            task_grad = task_grad_of(partial(
-                mamlpp_loss, apply, objective=obj, steps=inner_steps, inner_lr=inner_lr,
-                first_order=first_order, weights=weights))
-            by_values[weights, first_order] = MetaLearner(
-                name, init, task_grad, task_eval, obj, settings, uses_keys=uses_keys,
-                schedule=at_step, model=model)
+            by_values[weights, first_order] = learner(
+                task_grad_of(partial(loss, first_order=first_order, weights=weights)))
         return by_values[weights, first_order]
 
     return at_step(0)

@@ -102,52 +102,75 @@ def batch_norm(
     def apply(
         params: Params, state: State, x: Tensor, *, key: Key | None = None, train: bool = False
     ) -> tuple[Tensor, State]:
-        if x.dim() < 2 or x.shape[1] != num_features:
-            raise ShapeError(
-                f"batch_norm: expected input (B, {num_features}, ...), got {tuple(x.shape)}"
-            )
+        _check_input(x, num_features, train=train)
         x = autocast_float32(x)  # statistics in float32 under bfloat16 autocast
-        dims = [0, *range(2, x.dim())]
-        shape = [1, num_features] + [1] * (x.dim() - 2)
-        use_batch = train or not track_running_stats
-        if train and x.numel() // num_features < 2:
-            raise ShapeError(
-                f"batch_norm: training needs more than one value per channel, got input "
-                f"{tuple(x.shape)}; use a larger batch or train=False"
-            )
-        new_state = state
-        if use_batch:
-            warn_if_one_example("batch_norm", x)
-        if use_batch and not in_transform() and x.numel() > num_features:
-            # (the native kernel refuses one value per channel; the form below gives var 0)
-            if train and track_running_stats:  # copies: the native kernel updates in place
-                new_state = {"running_mean": state["running_mean"].clone(),
-                             "running_var": state["running_var"].clone(),
-                             "num_batches_tracked": state["num_batches_tracked"] + 1}
-            y = F.batch_norm(x, new_state.get("running_mean"), new_state.get("running_var"),
-                             params.get("weight"), params.get("bias"),
-                             True, momentum, eps)
-            return y, new_state
-        if use_batch:
-            mean = x.mean(dim=dims)
-            # two-pass form: same value as x.var(unbiased=False), faster on CPU in torch 2.13
-            # (benchmarks/batch_norm_variance.py; recorded in docs/results/benchmarks.md)
-            var = (x - mean.reshape(shape)).square().mean(dim=dims)
-            if train and track_running_stats:
-                new_state = running_stats_update(state, mean, var, x.numel() // num_features,
-                                                 momentum)
-        else:
+        if not train and track_running_stats:
             # Running statistics make the norm a fixed affine map: the native kernel is exact
             # here (the vmap bug needs batch statistics) and several times faster.
             y = F.batch_norm(x, state["running_mean"], state["running_var"],
                              params.get("weight"), params.get("bias"), False, 0.0, eps)
-            return y, new_state
-        y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + eps)
-        if affine:
-            y = y * params["weight"].reshape(shape) + params["bias"].reshape(shape)
-        return y, new_state
+            return y, state
+        warn_if_one_example("batch_norm", x)
+        update = train and track_running_stats
+        if not in_transform() and x.numel() > num_features:
+            # (the native kernel refuses one value per channel; the form below gives var 0)
+            return _native_batch_statistics(x, params, state, update=update, momentum=momentum,
+                                            eps=eps)
+        return _batch_statistics(x, params, state, update=update, affine=affine,
+                                 momentum=momentum, eps=eps)
 
     return Model(init, apply, "batch_norm", {"num_features": num_features})
+
+
+def _check_input(x: Tensor, num_features: int, *, train: bool) -> None:
+    """Refuse an input batch norm cannot normalise: not ``(B, num_features, ...)``, or in
+    training one value per channel."""
+    if x.dim() < 2 or x.shape[1] != num_features:
+        raise ShapeError(
+            f"batch_norm: expected input (B, {num_features}, ...), got {tuple(x.shape)}"
+        )
+    if train and x.numel() // num_features < 2:
+        raise ShapeError(
+            f"batch_norm: training needs more than one value per channel, got input "
+            f"{tuple(x.shape)}; use a larger batch or train=False"
+        )
+
+
+def _native_batch_statistics(
+    x: Tensor, params: Params, state: State, *, update: bool, momentum: float, eps: float
+) -> tuple[Tensor, State]:
+    """Batch norm with batch statistics by the native kernel (exact outside transforms),
+    ``update`` saying whether it also returns updated running statistics."""
+    new_state = state
+    if update:  # copies: the native kernel updates in place
+        new_state = {"running_mean": state["running_mean"].clone(),
+                     "running_var": state["running_var"].clone(),
+                     "num_batches_tracked": state["num_batches_tracked"] + 1}
+    y = F.batch_norm(x, new_state.get("running_mean"), new_state.get("running_var"),
+                     params.get("weight"), params.get("bias"), True, momentum, eps)
+    return y, new_state
+
+
+def _batch_statistics(
+    x: Tensor, params: Params, state: State, *, update: bool, affine: bool, momentum: float,
+    eps: float,
+) -> tuple[Tensor, State]:
+    """Batch norm with batch statistics written with ``mean``/``var``, the form that stays
+    exact under ``vmap`` (see the module docstring), ``update`` saying whether it also
+    returns updated running statistics."""
+    dims = [0, *range(2, x.dim())]
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    mean = x.mean(dim=dims)
+    # two-pass form: same value as x.var(unbiased=False), faster on CPU in torch 2.13
+    # (benchmarks/batch_norm_variance.py; recorded in docs/results/benchmarks.md)
+    var = (x - mean.reshape(shape)).square().mean(dim=dims)
+    new_state = state
+    if update:
+        new_state = running_stats_update(state, mean, var, x.numel() // x.shape[1], momentum)
+    y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + eps)
+    if affine:
+        y = y * params["weight"].reshape(shape) + params["bias"].reshape(shape)
+    return y, new_state
 
 
 def layer_norm(
