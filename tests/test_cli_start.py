@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from funcgraph.cli import app
 from funcgraph.commands.common import start_run
+from funcgraph.commands.run_options import RunOptions, run_options
 from funcgraph.errors import ConfigError
 
 TRAINING = ["meta-train", "train", "search"]
@@ -90,3 +92,40 @@ def test_other_runtime_errors_keep_their_traceback() -> None:
 
     with pytest.raises(RuntimeError, match="a bug"):
         user_errors(command)()
+
+
+def test_the_shared_options_are_spliced_where_each_command_names_them() -> None:
+    """``run: RunOptions`` gives each training command every field of ``RunOptions`` as its own
+    option (less those it leaves out), with the command's ``--threads`` default, in the
+    dataclass's order, at the place the command named it."""
+    import dataclasses
+
+    group: Any = typer.main.get_command(app)
+    fields = [f.name for f in dataclasses.fields(RunOptions)]
+    expected = {"meta-train": (fields, 0), "train": (fields, 0),
+                "search": ([f for f in fields if f not in ("precision", "place")], 1)}
+    for command, (names, threads) in expected.items():
+        params = [p for p in group.commands[command].params if p.name != "help"]
+        shared = [p for p in params if p.name in fields]
+        assert [p.name for p in shared] == names, f"{command}: {[p.name for p in shared]}"
+        first = params.index(shared[0])
+        assert params[first:first + len(shared)] == shared, f"{command}: split by its own options"
+        assert {p.name: p.default for p in shared}["threads"] == threads, command
+    dist_timeout = next(p for p in group.commands["train"].params if p.name == "dist_timeout")
+    assert dist_timeout.opts == ["--dist-timeout"] and dist_timeout.default == 600.0
+
+
+def test_a_command_gets_its_shared_options_as_one_record() -> None:
+    """The values given on the command line reach the command body, gathered in RunOptions."""
+    seen: list[RunOptions] = []
+
+    @run_options(threads=3, without=("place",))
+    def command(ctx: object, steps: int = 1, *, run: RunOptions) -> int:
+        seen.append(run)
+        return steps
+
+    assert command(None, steps=5, device="cpu", precision="bf16", threads=2, seed=7,
+                   dry_run=True, tensorboard=False, import_=None, out=None, resume=False,
+                   nproc=1, backend="gloo", dist_timeout=9.0) == 5
+    assert seen == [RunOptions(device="cpu", precision="bf16", threads=2, seed=7, dry_run=True,
+                               backend="gloo", dist_timeout=9.0)]

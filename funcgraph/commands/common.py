@@ -19,9 +19,8 @@ import math
 import re
 import sys
 from collections.abc import Callable, Collection
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -178,12 +177,7 @@ def use_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-class Precision(StrEnum):
-    float32 = "float32"
-    bf16 = "bf16"
-    auto = "auto"
-
-
+Precision = Literal["float32", "bf16", "auto"]
 PrecisionOption = Annotated[Precision | None, typer.Option(
     rich_help_panel=DEVICES_PANEL,
     help="Compute precision: float32, bf16 (bfloat16 convolutions and matmuls, float32 "

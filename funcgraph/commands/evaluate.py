@@ -75,7 +75,7 @@ def evaluate(
     scored = evaluate_run(run_dir, tasks=tasks, episodes=episodes, checkpoint=checkpoint,
                           inner_steps_eval=inner_steps_eval, bn_running_stats=bn_running_stats,
                           device=device, seed=seed, threads=threads,
-                          precision=None if precision is None else precision.value)
+                          precision=precision)
     tag = scored.checkpoint
     fallback = f" (the run has no {checkpoint!r} checkpoint)" if tag != checkpoint else ""
     lines = [f"{scored.run.path} ({tag} checkpoint{fallback}): {scored.result}"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -13,30 +13,16 @@ from .common import (
     DATA_PANEL,
     MODEL_PANEL,
     RUN_OPTIONS_NOT_IN_CONFIG,
-    BackendOption,
     DataRootOption,
-    DeviceOption,
-    DistTimeoutOption,
-    DryRunOption,
-    ImportOption,
-    NprocOption,
-    PlaceOption,
-    PrecisionOption,
-    ResumeOption,
-    RunDirOption,
-    SeedOption,
-    TensorBoardOption,
-    ThreadsOption,
-    console,
-    distributed_env,
     named_options,
-    resumed_config,
-    run_dir,
     show_plan,
-    start_run,
-    use_threads,
     user_errors,
 )
+from .run_options import RunOptions, echo, resumed, run_options
+
+if TYPE_CHECKING:
+    from ..runs import MetaTrainConfig
+    from ..runs.task_sources import TaskSources
 
 TASKS_PANEL = "Tasks"
 ALGORITHM_PANEL = "Algorithm"
@@ -44,24 +30,16 @@ META_STEP_PANEL = "Meta-step"
 SPECIFIC_PANEL = "Reptile, MAML++ and iMAML"
 EVAL_PANEL = "Validation and test"
 
-
-class MetaOptimizer(StrEnum):
-    adam = "adam"
-    sgd = "sgd"
+MetaOptimizer = Literal["adam", "sgd"]
+StrategyChoice = Literal["auto", "measure", "loop", "threads", "vmap"]
 
 
 class InnerOptimizer(StrEnum):
+    """An enum, not a ``Literal``: ``Literal["sgd", "adam"] | None`` is the cached
+    ``MetaOptimizer | None`` (a Literal compares as a set), which lists adam first."""
+
     sgd = "sgd"
     adam = "adam"
-
-
-class StrategyChoice(StrEnum):
-    auto = "auto"
-    measure = "measure"
-    loop = "loop"
-    threads = "threads"
-    vmap = "vmap"
-
 
 OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "episodes": ("test_episodes",), "setting": ("settings",), "compile_": ("compile",),
@@ -78,7 +56,22 @@ NOT_IN_CONFIG: dict[str, str] = {
 """Options that set no config field, each with why its value needs no record."""
 
 
+def _algorithm_default(panel: str, text: str, field: str, **bounds: Any) -> Any:
+    """An option whose default is each algorithm's own value of ``field``, which its help
+    cites (:func:`~funcgraph.meta.registry.defaults_help`)."""
+    return typer.Option(rich_help_panel=panel, help=f"{text} (default {defaults_help(field)}).",
+                        **bounds)
+
+
+def _recipe_default(panel: str, text: str, default: str, field: str, **bounds: Any) -> Any:
+    """An option whose default is ``default`` unless the algorithm's recipe sets ``field``
+    (the recipes its help cites: :func:`~funcgraph.meta.registry.recipe_help`)."""
+    return typer.Option(rich_help_panel=panel,
+                        help=f"{text} (default {default}; {recipe_help(field)}).", **bounds)
+
+
 @user_errors
+@run_options()
 def meta_train(
     ctx: typer.Context,
     tasks: Annotated[str | None, typer.Option(
@@ -101,31 +94,22 @@ def meta_train(
         rich_help_panel=DATA_PANEL,
         min=8, max=512, help=f"Resize images to this square size (default: the dataset's: "
                              f"{image_size_help()}).")] = None,
-    meta_batch: Annotated[int | None, typer.Option(
-        rich_help_panel=META_STEP_PANEL,
-        min=1, max=100_000,
-        help=f"Tasks per meta-step (default 32; {recipe_help('meta_batch')}).")] = None,
-    steps: Annotated[int | None, typer.Option(
-        rich_help_panel=META_STEP_PANEL,
-        min=1, max=10**7, help=f"Meta-steps (default 500; {recipe_help('steps')}).")] = None,
-    inner_steps: Annotated[int | None, typer.Option(
-        rich_help_panel=ALGORITHM_PANEL,
-        min=0, max=1000,
-        help=f"Inner SGD steps in meta-training (default {defaults_help('inner_steps')}).")
+    meta_batch: Annotated[int | None, _recipe_default(
+        META_STEP_PANEL, "Tasks per meta-step", "32", "meta_batch", min=1, max=100_000)] = None,
+    steps: Annotated[int | None, _recipe_default(
+        META_STEP_PANEL, "Meta-steps", "500", "steps", min=1, max=10**7)] = None,
+    inner_steps: Annotated[int | None, _algorithm_default(
+        ALGORITHM_PANEL, "Inner SGD steps in meta-training", "inner_steps", min=0, max=1000)
     ] = None,
-    inner_steps_eval: Annotated[int | None, typer.Option(
-        rich_help_panel=ALGORITHM_PANEL,
-        min=0, max=1000,
-        help=f"Inner SGD steps at validation and test (default {defaults_help('eval_steps')}).")
-    ] = None,
+    inner_steps_eval: Annotated[int | None, _algorithm_default(
+        ALGORITHM_PANEL, "Inner SGD steps at validation and test", "eval_steps", min=0,
+        max=1000)] = None,
     inner_lr: Annotated[float | None, typer.Option(
         rich_help_panel=ALGORITHM_PANEL,
         help=f"Inner learning rate (default {defaults_help('inner_lr')}; sinusoid 0.01).")
     ] = None,
-    meta_lr: Annotated[float | None, typer.Option(
-        rich_help_panel=META_STEP_PANEL,
-        help=f"Adam learning rate of the meta-step (default 0.003; {recipe_help('meta_lr')}).")
-    ] = None,
+    meta_lr: Annotated[float | None, _recipe_default(
+        META_STEP_PANEL, "Adam learning rate of the meta-step", "0.003", "meta_lr")] = None,
     first_order: Annotated[bool, typer.Option(
         "--first-order", rich_help_panel=ALGORITHM_PANEL,
         help="Drop the second-order term (first-order MAML).")] = False,
@@ -169,24 +153,16 @@ def meta_train(
         rich_help_panel=SPECIFIC_PANEL,
         help="MAML++: validate and test with per-step batch-norm running statistics (each "
              "query scored on its own) instead of each batch's statistics.")] = False,
-    imaml_lambda: Annotated[float | None, typer.Option(
-        rich_help_panel=SPECIFIC_PANEL,
-        help=f"iMAML: the proximal regulariser's strength (default {defaults_help('lam')}).")
+    imaml_lambda: Annotated[float | None, _algorithm_default(
+        SPECIFIC_PANEL, "iMAML: the proximal regulariser's strength", "lam")] = None,
+    cg_steps: Annotated[int | None, _algorithm_default(
+        SPECIFIC_PANEL, "iMAML: conjugate-gradient steps at most", "cg_steps", min=1, max=1000)
     ] = None,
-    cg_steps: Annotated[int | None, typer.Option(
-        rich_help_panel=SPECIFIC_PANEL,
-        min=1, max=1000,
-        help=f"iMAML: conjugate-gradient steps at most (default {defaults_help('cg_steps')}).")
-    ] = None,
-    cg_tol: Annotated[float | None, typer.Option(
-        rich_help_panel=SPECIFIC_PANEL,
-        help=f"iMAML: stop CG at this relative residual (default {defaults_help('cg_tol')}).")
-    ] = None,
-    train_queries: Annotated[int | None, typer.Option(
-        rich_help_panel=TASKS_PANEL,
-        min=1, max=1000,
-        help=f"Query examples per class in meta-training (default 1; "
-             f"{recipe_help('train_queries')}).")] = None,
+    cg_tol: Annotated[float | None, _algorithm_default(
+        SPECIFIC_PANEL, "iMAML: stop CG at this relative residual", "cg_tol")] = None,
+    train_queries: Annotated[int | None, _recipe_default(
+        TASKS_PANEL, "Query examples per class in meta-training", "1", "train_queries", min=1,
+        max=1000)] = None,
     rotate: Annotated[bool | None, typer.Option(
         "--rotate/--no-rotate", rich_help_panel=TASKS_PANEL,
         help="Add 90/180/270-degree rotated classes to training (MAML protocol; default: "
@@ -195,7 +171,7 @@ def meta_train(
         rich_help_panel=ALGORITHM_PANEL,
         help="Run tasks in a loop, on threads (one per --threads) or vmapped; auto: the "
              "measured default for the device and task size; measure: time each.")
-    ] = StrategyChoice.auto,
+    ] = "auto",
     max_memory: Annotated[str | None, typer.Option(
         rich_help_panel=ALGORITHM_PANEL,
         help="Bound the meta-step's estimated peak (2GiB, 800MiB): vmap maps fewer tasks "
@@ -215,16 +191,8 @@ def meta_train(
     episodes: Annotated[int, typer.Option(
         min=1, max=100_000, rich_help_panel=EVAL_PANEL,
         help="Held-out test tasks at the end.")] = 600,
-    device: DeviceOption = "auto",
-    precision: PrecisionOption = None,
-    threads: ThreadsOption = 0,
-    seed: SeedOption = 0,
-    dry_run: DryRunOption = False,
-    tensorboard: TensorBoardOption = False,
-    import_: ImportOption = None,
-    place: PlaceOption = None,
-    out: RunDirOption = None,
-    resume: ResumeOption = False,
+    *,
+    run: RunOptions,
     model: Annotated[str | None, typer.Option(
         rich_help_panel=MODEL_PANEL,
         help="A model config file or name for funcgraph.factory (default: conv4 / MLP).")
@@ -236,9 +204,6 @@ def meta_train(
         "--setting", rich_help_panel=ALGORITHM_PANEL,
         help="A setting without an option of its own (a plugin algorithm's field): "
              "--setting temperature=0.5 (repeatable; JSON, else text).")] = None,
-    nproc: NprocOption = 1,
-    backend: BackendOption = "auto",
-    dist_timeout: DistTimeoutOption = 600.0,
 ) -> None:
     """Meta-train on N-way K-shot tasks, validate, checkpoint, and report held-out accuracy.
 
@@ -252,35 +217,27 @@ def meta_train(
     from .. import distributed
     from ..factory import parse_overrides
     from ..factory.config import parse_value
-    from ..placement import resolve_device
     from ..runs import MetaTrainConfig, default_config, meta_train
     from ..runs.memory import parse_bytes
-    from ..runs.meta_training.loop import estimate_step_seconds, model_config, plan_meta_train
+    from ..runs.meta_training.loop import model_config
     from ..runs.task_sources import sources_for
 
-    recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,
-                         resume=resume, out=out)
+    recorded = run.start()
     options = dict(
-        tasks=tasks,
-        data_root=str(data_root) if data_root is not None else None, image_size=image_size,
-        meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
+        tasks=tasks, data_root=str(data_root) if data_root is not None else None,
+        image_size=image_size, meta_batch=meta_batch, steps=steps, inner_steps=inner_steps,
         inner_steps_eval=inner_steps_eval, inner_lr=inner_lr, meta_lr=meta_lr,
         first_order=first_order or None, remat=remat or None, train_queries=train_queries,
         cosine_meta_lr=cosine_meta_lr, linear_meta_lr=linear_meta_lr,
-        meta_optimizer=None if meta_optimizer is None else meta_optimizer.value,
+        meta_optimizer=meta_optimizer, inner_minibatches=inner_minibatches,
         inner_optimizer=None if inner_optimizer is None else inner_optimizer.value,
-        inner_minibatches=inner_minibatches,
         msl_anneal_steps=msl_anneal_steps,
         first_order_until=first_order_until, bn_running_stats=bn_running_stats or None,
-        imaml_lambda=imaml_lambda, cg_steps=cg_steps,
-        cg_tol=cg_tol,
-        rotate=rotate,
-        strategy=strategy.value, precision=None if precision is None else precision.value,
+        imaml_lambda=imaml_lambda, cg_steps=cg_steps, cg_tol=cg_tol, rotate=rotate,
+        strategy=strategy, precision=run.precision,
         max_memory=None if max_memory is None else parse_bytes("--max-memory", max_memory),
-        compile=compile_, threads=threads,
-        validate_every=validate_every, val_episodes=val_episodes,
-        test_episodes=episodes,
-        seed=seed,
+        compile=compile_, threads=run.threads, validate_every=validate_every,
+        val_episodes=val_episodes, test_episodes=episodes, seed=run.seed,
         settings={k: parse_value(v) for k, v in parse_overrides(
             setting or [], option="--setting").items()} or None,
     )
@@ -288,34 +245,41 @@ def meta_train(
     if recorded is None:
         cfg = default_config(algo, dataset, **options)
     else:  # the run's own options, and those named here (the run directory checks them)
-        cfg = resumed_config(MetaTrainConfig.from_json(recorded), named,
-                             {"algo": algo, "dataset": dataset, **options}, OPTION_FIELDS,
-                             {*NOT_IN_CONFIG, "model", "set_"})  # the model: below
-        use_threads(cfg.threads)  # the run's count, before its data is built
+        cfg = resumed(MetaTrainConfig.from_json(recorded), named,
+                      {"algo": algo, "dataset": dataset, **options}, OPTION_FIELDS,
+                      {*NOT_IN_CONFIG, "model", "set_"})  # the model: below
     overrides = parse_overrides(set_ or [])
     # A run with --nproc re-runs this command under torchrun before any data is built.
-    env = None if dry_run else distributed_env(nproc, backend, dist_timeout, device, out)
+    env = None if run.dry_run else run.join()
     sources = sources_for(cfg)
     if recorded is None or named & {"model", "set_"}:
         cfg = replace(cfg, model=model_config(cfg.algo, sources, factory=model,
                                               overrides=overrides))
     if env is None:
-        dev = resolve_device(device)
-        plan = plan_meta_train(cfg, sources, dev, place=place)
-        seconds, measured = estimate_step_seconds(plan.cfg, plan, sources, dev)
-        show_plan(plan.cfg.to_json(), [
-            f"parameters: {plan.parameters:,}", f"memory: {plan.memory}",
-            *([plan.memory_note] if plan.memory_note else []),
-            f"time: about {seconds:.3g} s per meta-step, {seconds * plan.cfg.steps / 60:.3g} "
-            f"min for {plan.cfg.steps:,} steps (one step measured on {measured} task(s), "
-            "scaled; validation not included)",
-            "dry run: nothing written"])
+        _show_dry_run(cfg, sources, run)
         return
-    out = run_dir(out, f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}", env)
+    out = run.run_dir(f"{cfg.algo}-{cfg.dataset}-{cfg.tasks}", env)
     with distributed.joined(env):
-        meta_train(cfg, out, resume=resume, device=device, sources=sources, env=env,
-                   echo=lambda line: console.print(line, highlight=False, markup=False),
-                   tensorboard=tensorboard, place=place)
+        meta_train(cfg, out, resume=run.resume, device=run.device, sources=sources, env=env,
+                   echo=echo, tensorboard=run.tensorboard, place=run.place)
+
+
+def _show_dry_run(cfg: MetaTrainConfig, sources: TaskSources, run: RunOptions) -> None:
+    """``--dry-run``: plan the run (:func:`~funcgraph.runs.meta_training.loop.plan_meta_train`),
+    time one meta-step, and print the resolved config, the sizes and the time it would take."""
+    from ..placement import resolve_device
+    from ..runs.meta_training.loop import estimate_step_seconds, plan_meta_train
+
+    dev = resolve_device(run.device)
+    plan = plan_meta_train(cfg, sources, dev, place=run.place)
+    seconds, measured = estimate_step_seconds(plan.cfg, plan, sources, dev)
+    show_plan(plan.cfg.to_json(), [
+        f"parameters: {plan.parameters:,}", f"memory: {plan.memory}",
+        *([plan.memory_note] if plan.memory_note else []),
+        f"time: about {seconds:.3g} s per meta-step, {seconds * plan.cfg.steps / 60:.3g} "
+        f"min for {plan.cfg.steps:,} steps (one step measured on {measured} task(s), "
+        "scaled; validation not included)",
+        "dry run: nothing written"])
 
 
 def register(app: typer.Typer) -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -12,51 +11,21 @@ from ..data.registry import dataset_help
 from .common import (
     DATA_PANEL,
     RUN_OPTIONS_NOT_IN_CONFIG,
-    BackendOption,
     DataRootOption,
-    DeviceOption,
-    DistTimeoutOption,
-    DryRunOption,
-    ImportOption,
-    NprocOption,
-    ResumeOption,
-    RunDirOption,
-    SeedOption,
-    TensorBoardOption,
-    ThreadsOption,
-    console,
-    distributed_env,
     named_options,
-    run_dir,
     show_plan,
-    start_run,
     user_errors,
 )
+from .run_options import RunOptions, echo, run_options
 
 SEARCH_PANEL = "Search"
 REMEDIES_PANEL = "Collapse remedies"
 NETWORK_PANEL = "Network"
 
-
-class Order(StrEnum):
-    first = "first"
-    second = "second"
-
-
-class EdgeOrder(StrEnum):
-    input = "input"
-    strength = "strength"
-
-
-class Hypergradient(StrEnum):
-    exact = "exact"
-    finite_difference = "finite-difference"
-
-
-class Select(StrEnum):
-    argmax = "argmax"
-    perturbation = "perturbation"
-
+Order = Literal["first", "second"]
+EdgeOrder = Literal["input", "strength"]
+Hypergradient = Literal["exact", "finite-difference"]
+Select = Literal["argmax", "perturbation"]
 
 OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "order": ("bilevel.order",), "hypergradient": ("bilevel.hypergradient",),
@@ -78,6 +47,7 @@ NOT_IN_CONFIG: dict[str, str] = {
 
 
 @user_errors
+@run_options(threads=1, without=("precision", "place"))
 def search(
     ctx: typer.Context,
     epochs: Annotated[int, typer.Option(rich_help_panel=SEARCH_PANEL, min=1, max=10_000,
@@ -90,11 +60,11 @@ def search(
     order: Annotated[Order, typer.Option(
         rich_help_panel=SEARCH_PANEL,
         help="Architecture gradient: first (current weights) or second (through one unrolled "
-             "weight step).")] = Order.first,
+             "weight step).")] = "first",
     hypergradient: Annotated[Hypergradient, typer.Option(
         rich_help_panel=SEARCH_PANEL,
         help="Second order only: exact (torch.func vjp) or the paper's finite difference.")
-    ] = Hypergradient.exact,
+    ] = "exact",
     partial_channels: Annotated[int, typer.Option(
         rich_help_panel=SEARCH_PANEL,
         min=1, max=64, help="PC-DARTS: send 1/k of the channels through the mixed ops (k=4 in the "
@@ -132,12 +102,12 @@ def search(
         rich_help_panel=REMEDIES_PANEL,
         help="The final genotype: perturbation (DARTS-PT, on the validation half; above "
              "random cells on both proxies, docs/results/darts.md) or argmax (DARTS' "
-             "derivation).")] = Select.perturbation,
+             "derivation).")] = "perturbation",
     edge_order: Annotated[EdgeOrder, typer.Option(
         rich_help_panel=SEARCH_PANEL,
         help="How genotype.json lists a node's two edges: input (lower input first) or "
              "strength (stronger edge first, as DARTS' code does); the same cell.")
-    ] = EdgeOrder.input,
+    ] = "input",
     model: Annotated[str | None, typer.Option(
         rich_help_panel=NETWORK_PANEL,
         help="The network around the cells: a funcgraph.factory config file or name whose "
@@ -165,21 +135,12 @@ def search(
     image_size: Annotated[int, typer.Option(
         rich_help_panel=DATA_PANEL,
         min=8, max=64, help="Image resolution (a multiple of 4).")] = 16,
-    device: DeviceOption = "auto",
-    seed: SeedOption = 0,
-    threads: ThreadsOption = 1,
-    dry_run: DryRunOption = False,
-    tensorboard: TensorBoardOption = False,
     space: Annotated[Path | None, typer.Option(
         rich_help_panel=NETWORK_PANEL,
         help="A search space file: {\"primitives\": [\"sep_conv_3x3\", ...]} naming built-in "
              "ops or ops registered by an --import module (default: DARTS' eight).")] = None,
-    import_: ImportOption = None,
-    out: RunDirOption = None,
-    resume: ResumeOption = False,
-    nproc: NprocOption = 1,
-    backend: BackendOption = "auto",
-    dist_timeout: DistTimeoutOption = 600.0,
+    *,
+    run: RunOptions,
 ) -> None:
     """Search a DARTS cell on image classification, glyphs by default (train half fits
     weights, validation half the architecture); writes genotype.json, alpha_history.jsonl
@@ -201,56 +162,52 @@ def search(
     from ..runs import class_halves, run_search
     from ..runs.search_plan import network_fields, plan_search
 
-    named = named_options(ctx)
-    start_run(threads=threads if not resume or "threads" in named else 0, imports=import_,
-              tensorboard=tensorboard, resume=resume, out=out)
+    named = named_options(ctx)  # a resume keeps the run's count unless --threads is named
+    threads = run.threads if not run.resume or "threads" in named else 0
+    run.start(threads=threads)
 
-    bilevel = BilevelConfig(order=order.value, hypergradient=hypergradient.value)
+    bilevel = BilevelConfig(order=order, hypergradient=hypergradient)
     cfg = SearchConfig(**network_fields(model, channels=channels, layers=layers),
                        epochs=epochs, steps=steps,
                        batch_size=batch_size, partial_channels=partial_channels,
-                       skip_cap=skip_cap, stop_skips=stop_skips or None, seed=seed,
+                       skip_cap=skip_cap, stop_skips=stop_skips or None, seed=run.seed,
                        bilevel=bilevel,
                        primitives=load_space(space) if space is not None else None,
                        warmup_epochs=warmup_epochs, beta_reg=beta_reg, aux_skip=aux_skip,
                        edge_normalization=edge_normalization, stop_stable=stop_stable,
-                       select=select.value, edge_order=edge_order.value)
+                       select=select, edge_order=edge_order)
     data = class_halves(dataset, num_classes=classes, image_size=image_size,
                         data_root=data_root)
-    if dry_run:
-        plan = plan_search(data, cfg, device=resolve_device(device))
-        params, _ = plan.model.init(random.key(seed))
+    if run.dry_run:
+        plan = plan_search(data, cfg, device=resolve_device(run.device))
+        params, _ = plan.model.init(random.key(run.seed))
         show_plan(plan.config, [f"parameters: {count(params):,} "
                                 "(supernet, architecture included)",
                                 f"steps: {plan.total} ({plan.per_epoch} per epoch)",
                                 "dry run: nothing written"])
         return
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
-    dev = resolve_device(device)
-    out = run_dir(out, f"search-{dataset}", env)
+    env = run.join()
+    dev = resolve_device(run.device)
+    out = run.run_dir(f"search-{dataset}", env)
     if env.is_main:
-        console.print(f"searching on {data.name}: {data.train_x.shape[0]} train / "
-                      f"{data.val_x.shape[0]} validation images, {order.value} order, "
-                      f"device {dev}, {env.world_size} process(es)", highlight=False, markup=False)
+        echo(f"searching on {data.name}: {data.train_x.shape[0]} train / "
+             f"{data.val_x.shape[0]} validation images, {order} order, "
+             f"device {dev}, {env.world_size} process(es)")
     with distributed.joined(env):
-        result = run_search(out, data, cfg, resume=resume, device=dev, env=env,
-                            tensorboard=tensorboard,  # a resume keeps the run's count
-                            threads=0 if resume and "threads" not in named else threads)
+        result = run_search(out, data, cfg, resume=run.resume, device=dev, env=env,
+                            tensorboard=run.tensorboard, threads=threads)
     if not env.is_main:
         return
     g = result.genotype
-    console.print(f"normal: {[list(e) for e in g.normal]}", highlight=False, markup=False)
-    console.print(f"reduce: {[list(e) for e in g.reduce]}", highlight=False, markup=False)
+    echo(f"normal: {[list(e) for e in g.normal]}")
+    echo(f"reduce: {[list(e) for e in g.reduce]}")
     stop = {"collapse_guard": " (stopped early by the collapse guard)",
             "stop_stable": f" (stopped early: genotype stable for {stop_stable} epoch ends)"
             }.get(result.stop_reason or "", "")
-    console.print(
-        f"{result.steps_done} steps in {result.seconds:.0f} s{stop}; supernet validation "
-        f"accuracy {result.val_acc:.3f}; skip connections normal {g.skips('normal')}, "
-        f"reduce {g.skips('reduce')}", highlight=False, markup=False,
-    )
-    console.print(f"wrote {result.path / 'genotype.json'}, alpha_history.jsonl, alphas.png",
-                  highlight=False, markup=False)
+    echo(f"{result.steps_done} steps in {result.seconds:.0f} s{stop}; supernet validation "
+         f"accuracy {result.val_acc:.3f}; skip connections normal {g.skips('normal')}, "
+         f"reduce {g.skips('reduce')}")
+    echo(f"wrote {result.path / 'genotype.json'}, alpha_history.jsonl, alphas.png")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,29 +11,11 @@ import typer
 from .common import (
     MODEL_PANEL,
     RUN_OPTIONS_NOT_IN_CONFIG,
-    BackendOption,
-    DeviceOption,
-    DistTimeoutOption,
-    DryRunOption,
-    ImportOption,
-    NprocOption,
-    PlaceOption,
-    PrecisionOption,
-    ResumeOption,
-    RunDirOption,
-    SeedOption,
-    TensorBoardOption,
-    ThreadsOption,
-    console,
-    distributed_env,
     named_options,
-    resumed_config,
-    run_dir,
     show_plan,
-    start_run,
-    use_threads,
     user_errors,
 )
+from .run_options import RunOptions, echo, resumed, run_options
 
 TRAINING_PANEL = "Training"
 
@@ -52,6 +34,7 @@ NOT_IN_CONFIG: dict[str, str] = {
 
 
 @user_errors
+@run_options()
 def train(
     ctx: typer.Context,
     model: Annotated[str, typer.Option(
@@ -76,23 +59,12 @@ def train(
         min=0, max=10**7, rich_help_panel=TRAINING_PANEL,
         help="Validate every N steps (default: 4 times per run; 0: only at the end).")
     ] = None,
-    device: DeviceOption = "auto",
-    precision: PrecisionOption = None,
-    seed: SeedOption = 0,
-    threads: ThreadsOption = 0,
-    dry_run: DryRunOption = False,
-    tensorboard: TensorBoardOption = False,
-    import_: ImportOption = None,
-    place: PlaceOption = None,
-    out: RunDirOption = None,
-    resume: ResumeOption = False,
+    *,
+    run: RunOptions,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", rich_help_panel=MODEL_PANEL,
         help="Model hyperparameter (--set depth=56, --set mode=row) or data option "
              "(--set data.classes=20, --set data.max_length=20); repeatable.")] = None,
-    nproc: NprocOption = 1,
-    backend: BackendOption = "auto",
-    dist_timeout: DistTimeoutOption = 600.0,
 ) -> None:
     """Train a classifier, validate it, checkpoint, and print the final validation accuracy.
 
@@ -110,30 +82,27 @@ def train(
     from ..runs import TrainConfig, fit, train_config
     from ..runs.train import plan_fit
 
-    recorded = start_run(threads=threads, imports=import_, tensorboard=tensorboard,
-                         resume=resume, out=out)
+    recorded = run.start()
     if genotype is not None and not genotype.is_file():
         raise typer.BadParameter(f"{genotype}: no such genotype file", param_hint="--genotype")
     cfg = train_config(model, genotype=str(genotype) if genotype else None,
                        sets=parse_overrides(set_ or []), steps=steps, batch_size=batch_size,
-                       lr=lr, seed=seed, validate_every=validate_every,
-                       precision="float32" if precision is None else precision.value,
-                       threads=threads)
+                       lr=lr, seed=run.seed, validate_every=validate_every,
+                       precision="float32" if run.precision is None else run.precision,
+                       threads=run.threads)
     if recorded is not None:  # the run's own options, and those named here (checked)
-        cfg = resumed_config(TrainConfig.from_json(recorded), named_options(ctx), asdict(cfg),
-                             OPTION_FIELDS, NOT_IN_CONFIG)
-        use_threads(cfg.threads)  # the run's count, before its data is built
-    if dry_run:
-        plan = plan_fit(cfg, resolve_device(device), place=place)
+        cfg = resumed(TrainConfig.from_json(recorded), named_options(ctx), asdict(cfg),
+                      OPTION_FIELDS, NOT_IN_CONFIG)
+    if run.dry_run:
+        plan = plan_fit(cfg, resolve_device(run.device), place=run.place)
         show_plan(cfg.to_json(), [f"parameters: {plan.parameters:,}",
                                   f"memory: {plan.memory}", "dry run: nothing written"])
         return
-    env = distributed_env(nproc, backend, dist_timeout, device, out)
-    out = run_dir(out, f"train-{'genotype' if genotype else Path(model).stem}", env)
+    env = run.join()
+    out = run.run_dir(f"train-{'genotype' if genotype else Path(model).stem}", env)
     with distributed.joined(env):
-        fit(cfg, out, resume=resume, device=device, env=env,
-            echo=lambda line: console.print(line, highlight=False, markup=False),
-            tensorboard=tensorboard, place=place)
+        fit(cfg, out, resume=run.resume, device=run.device, env=env, echo=echo,
+            tensorboard=run.tensorboard, place=run.place)
 
 
 def register(app: typer.Typer) -> None:
