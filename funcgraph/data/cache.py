@@ -21,9 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -32,7 +33,7 @@ from torch import Tensor
 
 from ..errors import DataError
 from ..files import atomic_write
-from .datasets import ClassDataset
+from .datasets import ClassDataset, check_generator_args
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,25 @@ class Cached:
     counts: Tensor | None
 
 
+class Generate(Protocol):
+    """A generated set's ``generate_X(split, *, seed, image_size)``: one split, uncached."""
+
+    def __call__(self, split: str, *, seed: int, image_size: int) -> ClassDataset: ...
+
+
 def generated_split(dataset: str, version: int, split: str, *, seed: int, image_size: int,
-                    cache_dir: Path | None, generate: Callable[[], ClassDataset],
-                    variation: str | None = None,
+                    cache_dir: Path | None, generate: Generate, loader: str,
+                    splits: Iterable[str], variation: str | None = None,
                     as_read: Callable[[Tensor], Tensor] | None = None) -> ClassDataset:
-    """A generated data set's split, from the cache when a verified file for (``dataset``,
-    generator ``version``, ``seed``, ``image_size``, ``split``, ``variation``) is there,
-    else ``generate()``'s, written to the cache atomically (a corrupt or mismatching file is
-    regenerated). ``as_read`` converts the cached uint8 pixels (glyphs reads them as float)."""
+    """What every generated set's ``load_X`` does: check the arguments (a ConfigError naming
+    ``loader`` for a ``split`` not in ``splits``, a bad ``seed`` or ``image_size``), then give
+    the split from the cache when a verified file for (``dataset``, generator ``version``,
+    ``seed``, ``image_size``, ``split``, ``variation``) is there (memory-mapped), else
+    ``generate(split, seed=seed, image_size=image_size)``'s, written to the cache atomically
+    (a corrupt or mismatching file is regenerated). The cache directory is ``cache_dir``, else
+    ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``. ``as_read`` converts the cached uint8
+    pixels (glyphs reads them as float)."""
+    check_generator_args(loader, split, splits, seed, image_size)
     meta = {"dataset": dataset, "generator_version": str(version), "seed": str(seed),
             "image_size": str(image_size), "split": split,
             **({"variation": variation} if variation is not None else {})}
@@ -66,7 +78,7 @@ def generated_split(dataset: str, version: int, split: str, *, seed: int, image_
     if cached is not None:
         pixels = cached.pixels if as_read is None else as_read(cached.pixels)
         return ClassDataset(pixels, cached.class_names, f"{dataset}/{split}")
-    ds = generate()
+    ds = generate(split, seed=seed, image_size=image_size)
     save_cached(path, ds.images, ds.class_names, meta)
     return ds
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -98,6 +99,18 @@ def _required(path: Path, layout: Layout, what: str, *, folder: bool) -> Path:
     if not (path.is_dir() if folder else path.is_file()):
         raise DataError(f"{layout.kind}: {what} {path} not found; expected {layout.text}")
     return path
+
+
+def _images_and_split_file(base: Path, split_file: str, layout: Layout) -> tuple[Path, Path, str]:
+    """``ROOT/images``, the split file ``ROOT/<split_file>`` and its text (UTF-8, line endings
+    as written), each required: a DataError naming what is missing or unreadable."""
+    images = _required(base / "images", layout, "image folder", folder=True)
+    path = _required(base / split_file, layout, "split file", folder=False)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return images, path, f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{layout.kind}: cannot read {path}: {e}") from None
 
 
 def _content_key(kind: str, root: Path, classes: Classes, defining: Iterable[Path]) -> str:
@@ -198,14 +211,9 @@ def _class_folders(base: Path, split: str, layout: Layout) -> tuple[Classes, Pat
 def _csv_classes(base: Path, split: str, layout: Layout) -> tuple[Classes, Path, list[Path]]:
     """Label -> image files of ``ROOT/<split>.csv`` (``filename,label``), labels sorted, rows
     in file order."""
-    images = _required(base / "images", layout, "image folder", folder=True)
-    table = _required(base / f"{split}.csv", layout, "split file", folder=False)
+    images, table, text = _images_and_split_file(base, f"{split}.csv", layout)
     kind = layout.kind
-    try:
-        with table.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{kind}: cannot read {table}: {e}") from None
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     if not rows or [c.strip() for c in rows[0]] != ["filename", "label"]:
         raise DataError(f"{kind}: {table} line 1 must be the header 'filename,label', got "
                         f"{','.join(rows[0]) if rows else 'an empty file'!r}")
@@ -255,13 +263,9 @@ def load_mini_imagenet(
 def _listed_classes(base: Path, split: str, layout: Layout) -> tuple[Classes, Path, list[Path]]:
     """Class folder -> its images, for the class names in ``ROOT/splits/<split>.txt``
     (sorted)."""
-    images = _required(base / "images", layout, "image folder", folder=True)
-    listing = _required(base / "splits" / f"{split}.txt", layout, "split file", folder=False)
+    images, listing, text = _images_and_split_file(base, f"splits/{split}.txt", layout)
     kind = layout.kind
-    try:
-        lines = listing.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{kind}: cannot read {listing}: {e}") from None
+    lines = text.splitlines()
     classes: Classes = {}
     for number, text in enumerate(lines, start=1):
         name = text.strip()

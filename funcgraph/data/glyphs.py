@@ -25,7 +25,7 @@ from torch import Tensor
 from .. import random
 from ..errors import DataError
 from .cache import generated_split
-from .datasets import ClassDataset, as_float, check_generator_args, check_split
+from .datasets import ClassDataset, as_float, check_split
 from .strokes import Noise, render, sample_characters, sample_drawings, sample_style
 
 GENERATOR_VERSION = 2
@@ -99,15 +99,9 @@ def generate_glyphs(split: str, *, seed: int = 0, image_size: int = 28) -> Class
 def load_glyphs(
     split: str, *, seed: int = 0, cache_dir: Path | None = None, image_size: int = 28
 ) -> ClassDataset:
-    """The ``glyphs`` split ``split`` ("background", "validation" or "evaluation").
-
-    Loaded from the cache when a verified file for (generator version, seed, size, split)
-    exists there; otherwise generated (a few seconds) and written atomically. A corrupt or
-    mismatching cache file is regenerated. The cache directory is ``cache_dir``, else
-    ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
-    """
-    check_generator_args("load_glyphs", split, SPLITS, seed, image_size)
+    """The ``glyphs`` split ``split`` ("background", "validation" or "evaluation") as float,
+    from the cache or generated (a few seconds) and cached, as
+    :func:`~funcgraph.data.cache.generated_split` says."""
     return generated_split("glyphs", GENERATOR_VERSION, split, seed=seed, image_size=image_size,
-                           cache_dir=cache_dir, as_read=as_float,
-                           generate=lambda: generate_glyphs(split, seed=seed,
-                                                            image_size=image_size))
+                           cache_dir=cache_dir, generate=generate_glyphs, loader="load_glyphs",
+                           splits=SPLITS, as_read=as_float)

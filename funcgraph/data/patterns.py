@@ -54,7 +54,7 @@ from torch import Tensor
 from .. import random
 from ..errors import DataError
 from .cache import generated_split
-from .datasets import ClassDataset, check_generator_args, check_split
+from .datasets import ClassDataset, check_split
 
 GENERATOR_VERSION = 1
 """Bump whenever a change alters any pixel; it is part of the cache key."""
@@ -387,19 +387,13 @@ def generate_patterns(split: str, *, seed: int = 0, image_size: int = 28) -> Cla
 def load_patterns(
     split: str, *, seed: int = 0, cache_dir: Path | None = None, image_size: int = 28
 ) -> ClassDataset:
-    """The ``patterns`` split ``split`` (``"train"``, ``"val"`` or ``"test"``) as uint8.
-
-    Loaded (memory-mapped) from the cache when a verified file for (generator version, seed,
-    size, split) exists there; otherwise generated (seconds) and written atomically. A corrupt
-    or mismatching cache file is regenerated. The cache directory is ``cache_dir``, else
-    ``$FUNCGRAPH_CACHE``, else ``~/.cache/funcgraph``.
-    """
-    check_generator_args("load_patterns", split, SPLITS, seed, image_size)
+    """The ``patterns`` split ``split`` (``"train"``, ``"val"`` or ``"test"``) as uint8, from
+    the cache or generated (seconds) and cached, as
+    :func:`~funcgraph.data.cache.generated_split` says."""
     return generated_split("patterns", GENERATOR_VERSION, split, seed=seed,
                            image_size=image_size, cache_dir=cache_dir,
-                           variation=str(asdict(Variation())),
-                           generate=lambda: generate_patterns(split, seed=seed,
-                                                              image_size=image_size))
+                           generate=generate_patterns, loader="load_patterns", splits=SPLITS,
+                           variation=str(asdict(Variation())))
 
 
 __all__ = ["FAMILIES", "GENERATOR_VERSION", "IMAGES_PER_CLASS", "NUM_CLASSES", "SPLITS",
