@@ -30,13 +30,13 @@ reader (``funcgraph --help`` lists the names without loading a generator).
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from .._name_table import NameTable
 from ..errors import ConfigError, DataError
 
 Kind = Literal["classification", "regression"]
@@ -116,7 +116,11 @@ class DatasetType:
         return _resolve(self.sample, self.name)
 
 
-_REGISTRY: dict[str, DatasetType] = {}
+_REGISTRY: NameTable[DatasetType] = NameTable(
+    "register_dataset",
+    lambda name, hint: f"dataset {name!r} is not registered{hint}; expected one of "
+                       f"{dataset_names()}; a dataset of your own registers with "
+                       "funcgraph.data.register_dataset in a module loaded by --import MODULE")
 
 
 def _check(entry: DatasetType) -> None:
@@ -173,32 +177,22 @@ def register_dataset(
     """
     entry = DatasetType(name, kind, load, sample, tuple(splits), image_size, reads_data_root)
     _check(entry)
-    if name in _REGISTRY and not replace:
-        raise ConfigError(f"register_dataset: {name!r} is already registered; pick another "
-                          "name or pass replace=True")
-    _REGISTRY[name] = entry
-    return entry
+    return _REGISTRY.add(name, entry, replace=replace)
 
 
 def unregister_dataset(name: str) -> None:
     """Forget ``name`` (tests use it to undo a registration)."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.remove(name)
 
 
 def dataset_names() -> list[str]:
     """Every registered name, in the order of registration (built-ins first)."""
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def dataset_type(name: str) -> DatasetType:
     """The entry for ``name``; a ConfigError naming the registered ones if there is none."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"dataset {name!r} is not registered{hint}; expected one of "
-                      f"{dataset_names()}; a dataset of your own registers with "
-                      "funcgraph.data.register_dataset in a module loaded by --import MODULE")
+    return _REGISTRY.get(name)
 
 
 def reads_data_root(name: str) -> bool:
@@ -210,7 +204,7 @@ def check_data_root(name: str, data_root: object) -> None:
     """Refuse ``data_root`` for a dataset that reads none (a run would silently ignore it), and
     an unregistered ``name``: a ConfigError naming the datasets that read one."""
     if not dataset_type(name).reads_data_root and data_root is not None:
-        readers = ", ".join(n for n, e in _REGISTRY.items() if e.reads_data_root)
+        readers = ", ".join(e.name for e in _REGISTRY.values() if e.reads_data_root)
         raise ConfigError(f"--data-root is read by --dataset {readers}; {name} is generated")
 
 

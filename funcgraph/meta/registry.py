@@ -31,12 +31,12 @@ use: the built-in entries below are, so reading this table imports no torch (``f
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
+from .._name_table import NameTable
 from ..errors import ConfigError
 from .settings import (
     MAMLPP_META_STEPS,
@@ -162,7 +162,11 @@ class AlgorithmType:
                               f"available: {type(e).__name__}: {e}") from None
 
 
-_REGISTRY: dict[str, AlgorithmType] = {}
+_REGISTRY: NameTable[AlgorithmType] = NameTable(
+    "register_algorithm",
+    lambda name, hint: f"--algo {name}: not a registered algorithm{hint}; expected one of "
+                       f"{algorithm_names()}; an algorithm of your own registers with "
+                       "funcgraph.meta.register_algorithm in a module loaded by --import MODULE")
 
 
 def _check(entry: AlgorithmType) -> None:
@@ -211,32 +215,22 @@ def register_algorithm(
     entry = AlgorithmType(name, settings, build, summary, tuple(kinds), second_order, remat,
                           running_stats, recipe or Recipe())
     _check(entry)
-    if name in _REGISTRY and not replace:
-        raise ConfigError(f"register_algorithm: {name!r} is already registered; pick another "
-                          "name or pass replace=True")
-    _REGISTRY[name] = entry
-    return entry
+    return _REGISTRY.add(name, entry, replace=replace)
 
 
 def unregister_algorithm(name: str) -> None:
     """Forget ``name`` (tests use it to undo a registration)."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.remove(name)
 
 
 def algorithm_names() -> list[str]:
     """Every registered name, in the order of registration (built-ins first)."""
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def algorithm_type(name: str) -> AlgorithmType:
     """The entry for ``name``; a ConfigError naming the registered ones if there is none."""
-    if isinstance(name, str) and name in _REGISTRY:
-        return _REGISTRY[name]
-    close = difflib.get_close_matches(str(name), list(_REGISTRY), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"--algo {name}: not a registered algorithm{hint}; expected one of "
-                      f"{algorithm_names()}; an algorithm of your own registers with "
-                      "funcgraph.meta.register_algorithm in a module loaded by --import MODULE")
+    return _REGISTRY.get(name)
 
 
 def algorithm_help() -> str:
