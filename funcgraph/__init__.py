@@ -52,4 +52,4 @@ __all__ = [
     "stateless",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_CORE)
+__getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=_MODULES, homes=_CORE)

@@ -5,9 +5,12 @@ shows those and nothing else, loaded or not. A cited submodule the package does 
 itself is imported on first attribute access, and a package whose names load on first use
 (the top level, ``meta``, ``data``) maps each such name to the module that defines it::
 
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_HOME)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=_MODULES, homes=_HOME)
 
-This module imports nothing but :mod:`importlib`, so ``import funcgraph`` stays free of torch.
+A package that imports its names itself makes the call under ``if not TYPE_CHECKING:``, so
+that type checkers resolve its names through those imports (a module ``__getattr__`` they
+can see would let any misspelt name pass). This module imports nothing but
+:mod:`importlib`, so ``import funcgraph`` stays free of torch.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Any
 def lazy_exports(
     package: str,
     public: Iterable[str],
-    modules: Iterable[str],
     *,
+    submodules: Iterable[str],
     homes: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module-level ``(__getattr__, __dir__)`` of ``package``.
@@ -29,17 +32,18 @@ def lazy_exports(
     Arguments:
         package: the package's ``__name__``.
         public: its ``__all__``.
-        modules: the submodules its docs cite, reachable as ``package.<name>``.
+        submodules: the submodules its docs cite, reachable as ``package.<name>``: with
+            ``public``, all that ``dir()`` lists.
         homes: public name -> the module defining it, relative to ``package`` (``"control"``,
             ``"nn.torch_module"``; a leading dot climbs: ``"..model"``), imported on first
             use of the name. A name found here is that module's attribute, not a submodule.
 
-    ``__dir__()`` is ``public`` and ``modules``, sorted. ``__getattr__(name)`` gives a name of
-    ``homes`` or a submodule of ``modules``, else raises the AttributeError Python would.
+    ``__dir__()`` is ``public`` and ``submodules``, sorted. ``__getattr__(name)`` gives a name
+    of ``homes`` or one of ``submodules``, else raises the AttributeError Python would.
     """
     home_of = dict(homes or {})
-    submodules = frozenset(modules)
-    listed = sorted({*public, *submodules})
+    cited = frozenset(submodules)
+    listed = sorted({*public, *cited})
 
     def getattr_(name: str) -> Any:
         if name in home_of:
@@ -47,7 +51,7 @@ def lazy_exports(
             module = importlib.import_module(home if home.startswith(".") else f".{home}",
                                              package)
             return getattr(module, name)
-        if name in submodules:
+        if name in cited:
             return importlib.import_module(f".{name}", package)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

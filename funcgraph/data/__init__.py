@@ -66,4 +66,4 @@ use)."""
 
 __all__ = sorted(_HOME)
 
-__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_HOME)
+__getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=_MODULES, homes=_HOME)

@@ -69,9 +69,5 @@ __all__ = [
 ]
 
 
-_MODULES = ("artifact", "program")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=("artifact", "program"))

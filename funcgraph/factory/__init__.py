@@ -43,10 +43,7 @@ __all__ = [
 ]
 
 
-_MODULES = ("adapters", "build", "builtin_layers", "config", "expr", "inits", "layer_type", "load",
-            "meta_tensors", "registry", "values")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "adapters", "build", "builtin_layers", "config", "expr", "inits", "layer_type", "load",
+        "meta_tensors", "registry", "values"))

@@ -129,7 +129,7 @@ unless a function of that name stands there."""
 
 __all__ = sorted(_HOME)
 
-__getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES, homes=_HOME)
+__getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=_MODULES, homes=_HOME)
 
 
 class _Package(types.ModuleType):

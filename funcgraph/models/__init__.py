@@ -22,9 +22,6 @@ __all__ = ["conv4", "early_exit_cnn", "mlp", "resnet", "resnet12", "rnn_classifi
            "sequence_encoder"]
 
 
-_MODULES = ("conv4", "early_exit", "mlp", "resnet", "resnet12", "rnn")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "conv4", "early_exit", "mlp", "resnet", "resnet12", "rnn"))

@@ -86,10 +86,7 @@ __all__ = [
 ]
 
 
-_MODULES = ("compose", "conv_norm", "dropblock", "dropout", "early_exit", "functional", "init",
-            "linear", "norm", "recurrent", "stochastic_depth", "torch_chain", "torch_module")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "compose", "conv_norm", "dropblock", "dropout", "early_exit", "functional", "init",
+        "linear", "norm", "recurrent", "stochastic_depth", "torch_chain", "torch_module"))

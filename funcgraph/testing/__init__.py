@@ -34,9 +34,6 @@ __all__ = [
 ]
 
 
-_MODULES = ("assertions", "branches", "module_match", "plugin", "strategies")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "assertions", "branches", "module_match", "plugin", "strategies"))

@@ -27,10 +27,7 @@ __all__ = [
 ]
 
 
-_MODULES = ("checkpoint", "divergence", "events", "loop", "optim", "ownership", "run_dir",
-            "supervised")
-"""The submodules the docs cite: with ``__all__``, all that ``dir()`` lists."""
-
-
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "checkpoint", "divergence", "events", "loop", "optim", "ownership", "run_dir",
+        "supervised"))

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 from ..._exports import lazy_exports
 
 __all__: list[str] = []
-_MODULES = ("confirm", "identity", "objective", "report", "run", "space", "study")
-"""The submodules, each loaded on first use: all that ``dir()`` lists."""
 
 
 if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, _MODULES)
+    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
+        "confirm", "identity", "objective", "report", "run", "space", "study"))
