@@ -12,6 +12,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 _SCRATCH = Path(tempfile.mkdtemp(prefix="funcgraph-tests-"))
@@ -47,3 +48,15 @@ def _no_plugin_imports_carried_over(monkeypatch: pytest.MonkeyPatch) -> None:
     import funcgraph.plugins
 
     monkeypatch.setattr(funcgraph.plugins, "_IMPORTED", [])
+
+
+@pytest.fixture
+def float64_default() -> Iterator[None]:
+    """torch's default dtype is float64 during the test (``pytestmark =
+    pytest.mark.usefixtures("float64_default")`` for a whole module), restored after it."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)

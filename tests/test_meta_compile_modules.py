@@ -11,7 +11,7 @@ tiny, as ``aot_eager`` (no code generation) takes a few seconds per graph on a s
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -24,13 +24,7 @@ from funcgraph import from_module, random
 from funcgraph.meta import CompileFallback, MetaTrainer, Task
 from funcgraph.train import sgd
 
-
-@pytest.fixture(autouse=True)
-def float64() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 def regression_tasks() -> Task:

@@ -13,7 +13,6 @@ in seconds where inductor's code generation takes about a minute per graph on a 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -29,14 +28,7 @@ from funcgraph.models import mlp
 from funcgraph.train import adam
 
 BACKEND = "aot_eager"
-
-
-@pytest.fixture(autouse=True)
-def float64() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 def regression_tasks(num: int = 3) -> Task:
