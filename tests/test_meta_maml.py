@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
+from test_meta_keys import DT, WAYS, image_tasks  # tests/ is on sys.path under pytest
 from torch import Tensor
 from torch.func import functional_call
 
@@ -15,6 +19,7 @@ from funcgraph.meta import (
     LR_PREFIX,
     STRATEGIES,
     BoundApply,
+    MetaLearner,
     Task,
     anil,
     fomaml,
@@ -26,19 +31,6 @@ from funcgraph.meta import (
 from funcgraph.models import conv4
 from funcgraph.models.conv4 import conv4_module
 from funcgraph.params import Params
-
-DT = torch.float64
-WAYS, SHOTS, QUERIES, TASKS = 3, 2, 2, 3
-
-
-def tiny_tasks(seed: int = 0, tasks: int = TASKS) -> Task:
-    """Random images, balanced labels: ``(T, N*K, 1, 8, 8)`` support, ``(T, N*Q, ...)`` query."""
-    k = random.split(random.key(seed), 2)
-    sx = random.normal(k[0], (tasks, WAYS * SHOTS, 1, 8, 8), dtype=DT)
-    qx = random.normal(k[1], (tasks, WAYS * QUERIES, 1, 8, 8), dtype=DT)
-    sy = torch.arange(WAYS).repeat_interleave(SHOTS).expand(tasks, -1).contiguous()
-    qy = torch.arange(WAYS).repeat_interleave(QUERIES).expand(tasks, -1).contiguous()
-    return Task(sx, sy, qx, qy)
 
 
 def tiny_model() -> tuple[BoundApply, Params]:
@@ -83,13 +75,25 @@ def assert_grads_close(got: Params, want: Params, what: str) -> None:
                                    msg=lambda m, n=n: f"{what}: {n}: {m}")
 
 
+def two_step_grads(make: Callable[..., MetaLearner], seed: int, strategy: str, remat: bool,
+                   **reference: Any) -> tuple[Params, dict[str, Tensor]]:
+    """The meta-gradient of ``make(apply, inner_steps=2, inner_lr=0.3, remat=remat)`` on
+    ``image_tasks(seed)``, and the unrolled reference's (``reference``: its ``first_order`` and
+    ``only``) at the same steps and rate."""
+    apply, params = tiny_model()
+    tasks = image_tasks(seed)
+    got, _, _ = mean_task_grads(make(apply, inner_steps=2, inner_lr=0.3, remat=remat).task_grad,
+                                params, tasks, strategy=strategy)
+    return got, reference_meta_grad(apply, params, tasks, steps=2, lr=0.3, **reference)
+
+
 @pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("steps", [1, 3])
 def test_maml_second_order_equals_unrolled_reference(strategy: str, steps: int,
                                                      remat: bool) -> None:
     apply, params = tiny_model()
-    tasks = tiny_tasks()
+    tasks = image_tasks()
     learner = maml(apply, inner_steps=steps, inner_lr=0.3, remat=remat)
     got, _, _ = mean_task_grads(learner.task_grad, learner.init(params), tasks, strategy=strategy)
     want = reference_meta_grad(apply, params, tasks, steps=steps, lr=0.3, first_order=False)
@@ -99,15 +103,11 @@ def test_maml_second_order_equals_unrolled_reference(strategy: str, steps: int,
 @pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_fomaml_is_maml_without_second_order_term(strategy: str, remat: bool) -> None:
-    apply, params = tiny_model()
-    tasks = tiny_tasks(2)
-    got, _, _ = mean_task_grads(
-        fomaml(apply, inner_steps=2, inner_lr=0.3, remat=remat).task_grad, params, tasks,
-        strategy=strategy)
-    want = reference_meta_grad(apply, params, tasks, steps=2, lr=0.3, first_order=True)
+    got, want = two_step_grads(fomaml, 2, strategy, remat, first_order=True)
     assert_grads_close(got, want, f"fomaml {strategy}")
+    apply, params = tiny_model()
     second, _, _ = mean_task_grads(maml(apply, inner_steps=2, inner_lr=0.3).task_grad, params,
-                                   tasks, strategy=strategy)
+                                   image_tasks(2), strategy=strategy)
     gap = max((second[n] - got[n]).abs().max().item() for n in got)
     assert gap > 1e-6, "the second-order term should matter for this model"
 
@@ -117,7 +117,7 @@ def test_fomaml_is_maml_without_second_order_term(strategy: str, remat: bool) ->
 @pytest.mark.parametrize("steps", [1, 2])
 def test_metasgd_rates_get_reference_gradients(strategy: str, steps: int, remat: bool) -> None:
     apply, params = tiny_model()
-    tasks = tiny_tasks(3)
+    tasks = image_tasks(3)
     learner = metasgd(apply, inner_lr=0.2, inner_steps=steps, remat=remat)
     meta = learner.init(params)
     rates = [n for n in meta if n.startswith(LR_PREFIX)]
@@ -137,19 +137,13 @@ def test_metasgd_rates_get_reference_gradients(strategy: str, steps: int, remat:
 @pytest.mark.parametrize("remat", [False, True], ids=["graph", "remat"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_anil_adapts_only_the_head(strategy: str, remat: bool) -> None:
-    apply, params = tiny_model()
-    tasks = tiny_tasks(4)
-    got, _, _ = mean_task_grads(
-        anil(apply, inner_steps=2, inner_lr=0.3, remat=remat).task_grad, params, tasks,
-        strategy=strategy)
-    want = reference_meta_grad(apply, params, tasks, steps=2, lr=0.3, first_order=False,
-                               only="head")
+    got, want = two_step_grads(anil, 4, strategy, remat, first_order=False, only="head")
     assert_grads_close(got, want, f"anil {strategy}")
 
 
 def test_vmap_and_loop_report_the_same_loss_and_accuracy() -> None:
     apply, params = tiny_model()
-    tasks = tiny_tasks(6)
+    tasks = image_tasks(6)
     learner = maml(apply, inner_steps=1, inner_lr=0.3)
     _, loss_l, acc_l = mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
     _, loss_v, acc_v = mean_task_grads(learner.task_grad, params, tasks, strategy="vmap",
@@ -161,7 +155,7 @@ def test_vmap_and_loop_report_the_same_loss_and_accuracy() -> None:
 
 def test_threads_equal_the_loop_deterministically_and_keep_the_callers_thread_count() -> None:
     apply, params = tiny_model()
-    tasks = tiny_tasks(6, tasks=5)
+    tasks = image_tasks(6, tasks=5)
     learner = maml(apply, inner_steps=2, inner_lr=0.3)
     before = torch.get_num_threads()
     looped, loop_loss, _ = mean_task_grads(learner.task_grad, params, tasks, strategy="loop")
@@ -187,7 +181,7 @@ def test_a_task_failing_on_a_worker_thread_raises_in_the_caller() -> None:
             raise ValueError("task 2 is broken")
         return learner.task_grad(meta_params, task)
 
-    tasks = tiny_tasks(7, tasks=4)
+    tasks = image_tasks(7, tasks=4)
     before = torch.get_num_threads()
     with pytest.raises(ValueError, match="task 2 is broken"):
         mean_task_grads(task_grad, params, tasks, strategy="threads", workers=2)
@@ -203,7 +197,7 @@ def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
     from funcgraph.meta.maml_family import InnerLoop, task_loss
 
     apply, params = tiny_model()
-    tasks = tiny_tasks(8, tasks=1)
+    tasks = image_tasks(8, tasks=1)
     inner = InnerLoop(steps=1, lr=0.3)
 
     def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
@@ -246,7 +240,7 @@ def wide_case() -> tuple[BoundApply, Params, Task, dict[str, Tensor]]:
     model = conv4(WAYS, hidden=WIDE, image_size=8, dtype=DT)
     assert model.meta["hidden"] == WIDE
     params, state = model.init(random.key(11))
-    tasks = tiny_tasks(12, tasks=2)
+    tasks = image_tasks(12, tasks=2)
     want = module_meta_grad(params, tasks, steps=2, lr=0.3)
     return bind(model, state), params, tasks, want
 
