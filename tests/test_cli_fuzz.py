@@ -6,7 +6,6 @@ they write nothing at all)."""
 from __future__ import annotations
 
 import enum
-import inspect
 import json
 import os
 import shutil
@@ -58,15 +57,19 @@ parsing into the commands themselves."""
 
 
 def value_type(cmd: Command, param: Any) -> Any:
-    """The Python type the command's function declares for ``param`` (Optional unwrapped)."""
-    hint = typing.get_type_hints(inspect.unwrap(cmd.callback))[param.name]
+    """The Python type the command declares for ``param`` (Optional unwrapped): its callback's
+    hints, the shared options ``commands.run_options`` gives a training command included."""
+    hint = typing.get_type_hints(cmd.callback)[param.name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return args[0] if isinstance(hint, types.UnionType) and args else hint
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    return args[0] if union and args else hint
 
 
 def hostile(kind: Any) -> st.SearchStrategy[str]:
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return st.sampled_from([*(m.value for m in kind), "nope", "[/x]"])
+    if typing.get_origin(kind) is typing.Literal:  # a choice
+        return st.sampled_from([*typing.get_args(kind), "nope", "[/x]"])
     if kind is int:
         return st.sampled_from(INTS)
     if kind is float:
