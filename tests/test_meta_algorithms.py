@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from test_meta_keys import image_tasks  # 3 ways, 2 shots, 2 queries; tests/ is on sys.path
 
 from funcgraph import bind, random
 from funcgraph.errors import ConfigError
@@ -35,15 +36,6 @@ from funcgraph.train import adam, sgd
 DT = torch.float64
 
 
-def image_tasks(seed: int, tasks: int = 2, ways: int = 3, shots: int = 2, queries: int = 2) -> Task:
-    k = random.split(random.key(seed), 2)
-    sx = random.normal(k[0], (tasks, ways * shots, 1, 8, 8), dtype=DT)
-    qx = random.normal(k[1], (tasks, ways * queries, 1, 8, 8), dtype=DT)
-    sy = torch.arange(ways).repeat_interleave(shots).expand(tasks, -1).contiguous()
-    qy = torch.arange(ways).repeat_interleave(queries).expand(tasks, -1).contiguous()
-    return Task(sx, sy, qx, qy)
-
-
 def sine_tasks(seed: int, tasks: int, shots: int) -> Task:
     k = random.split(random.key(seed), 3)
     amp = random.uniform(k[0], (tasks, 1, 1), dtype=DT, low=0.1, high=5.0)
@@ -56,7 +48,7 @@ def test_reptile_update_equals_its_formula() -> None:
     model = conv4(3, hidden=4, image_size=8, dtype=DT)
     theta, state = model.init(random.key(0))
     apply = bind(model, state)
-    tasks = image_tasks(1)
+    tasks = image_tasks(1, tasks=2)
     steps, lr, eps = 3, 0.1, 0.5
     learner = reptile(apply, inner_steps=steps, inner_lr=lr)
     pseudo, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="loop")
@@ -84,7 +76,7 @@ def test_reptile_minibatches_fit_one_example_of_every_class_per_step() -> None:
     model = conv4(3, hidden=4, image_size=8, dtype=DT)
     theta, state = model.init(random.key(0))
     apply = bind(model, state)
-    tasks = image_tasks(5)  # 3 ways, 2 shots and 2 queries: 4 examples per class
+    tasks = image_tasks(5, tasks=2)  # 3 ways, 2 shots and 2 queries: 4 examples per class
     steps, lr = 5, 0.1
     learner = reptile(apply, inner_steps=steps, inner_lr=lr, ways=3)
     pseudo, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="loop")
@@ -116,7 +108,7 @@ def test_reptile_adam_inner_loop_equals_torch_optim_adam() -> None:
     model = conv4(3, hidden=4, image_size=8, dtype=DT)
     theta, state = model.init(random.key(0))
     apply = bind(model, state)
-    tasks = image_tasks(3)
+    tasks = image_tasks(3, tasks=2)
     steps, lr = 4, 1e-2
     learner = reptile(apply, inner_steps=steps, inner_lr=lr, inner_optimizer="adam")
     pseudo, _, _ = mean_task_grads(learner.task_grad, theta, tasks, strategy="loop")
