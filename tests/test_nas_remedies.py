@@ -5,16 +5,18 @@ the plain DARTS step; the CLI options."""
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from search_checks import stopped_after_step_1_then_resumed, synthetic_data
 from torch.func import grad
 from typer.testing import CliRunner
 
-from funcgraph import random
+from funcgraph import Model, random
 from funcgraph.cli import app
 from funcgraph.errors import ConfigError, ShapeError
 from funcgraph.nas import (
@@ -24,7 +26,6 @@ from funcgraph.nas import (
     CellArch,
     Genotype,
     SearchConfig,
-    SearchData,
     arch_gradient,
     arch_weights,
     aux_skip_coefficient,
@@ -46,9 +47,8 @@ from funcgraph.nas import (
 )
 from funcgraph.nas import perturbation as perturbation_module
 from funcgraph.nas.cell import preprocess
-from funcgraph.params import Params, partition, select
+from funcgraph.params import Params, State, partition, select
 from funcgraph.runs import run_search
-from funcgraph.runs import search as search_module
 from funcgraph.runs.search import _stable_for
 from funcgraph.runs.search_plan import plan_search
 from funcgraph.train import Groups, Run, cosine_lr
@@ -58,17 +58,10 @@ D = torch.float64
 E = num_edges()
 
 
-def _data(n: int = 8, classes: int = 3, size: int = 4) -> SearchData:
-    k = random.split(random.key(0), 2)
-    labels = torch.arange(n) % classes
-    return SearchData(random.uniform(k[0], (n, 1, size, size)), labels,
-                      random.uniform(k[1], (n, 1, size, size)), labels, classes, "synthetic")
-
-
 SPACE = ("none", "max_pool_3x3", "skip_connect", "dil_conv_3x3")
 """A small space (one op of each kind) keeps the supernets' steps fast."""
 K = len(SPACE)
-DATA = _data()  # one step per epoch at batch 8
+DATA = synthetic_data(8)  # one step per epoch at batch 8
 CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None, primitives=SPACE,
                    select="argmax")
 
@@ -284,15 +277,41 @@ def test_aux_skip_supernet_at_beta_0_is_the_plain_supernet() -> None:
     assert not torch.allclose(y1, y), "beta > 0 changes the supernet"
 
 
-def test_aux_skip_reaches_a_reduction_cell_only_on_its_stride_1_edges() -> None:
-    cell = search_cell(6, 6, 2, reduction=True, reduction_prev=False, primitives=SPACE)
+@dataclass(frozen=True)
+class _CellCase:
+    """A search cell of 6 channels on two random ``(2, 6, size, size)`` inputs, its params and
+    state, random alpha weights ``w`` (E, K) and its output on them (``plain``)."""
+
+    cell: Model
+    params: Params
+    state: State
+    s0: torch.Tensor
+    s1: torch.Tensor
+    w: torch.Tensor
+    plain: torch.Tensor
+
+    def run(self, arch: Any) -> torch.Tensor:
+        """The cell's training-mode output on the two inputs for ``arch`` (alpha weights or a
+        CellArch)."""
+        y, _ = self.cell.apply(self.params, self.state, (self.s0, self.s1, arch), train=True)
+        return y
+
+
+def _cell_case(*, reduction: bool, size: int) -> _CellCase:
+    cell = search_cell(6, 6, 2, reduction=reduction, reduction_prev=False, primitives=SPACE)
     params, state = cell.init(random.key(0))
-    s0, s1 = random.normal(random.key(1), (2, 6, 8, 8)), random.normal(random.key(2), (2, 6, 8, 8))
+    s0 = random.normal(random.key(1), (2, 6, size, size))
+    s1 = random.normal(random.key(2), (2, 6, size, size))
     w = torch.softmax(random.normal(random.key(3), (E, K)), -1)
     plain, _ = cell.apply(params, state, (s0, s1, w), train=True)
+    return _CellCase(cell, params, state, s0, s1, w, plain)
+
+
+def test_aux_skip_reaches_a_reduction_cell_only_on_its_stride_1_edges() -> None:
+    case = _cell_case(reduction=True, size=8)
     # a stride-2 mixed op refuses the coefficient, so this runs only if they get none
-    aux, _ = cell.apply(params, state, (s0, s1, CellArch(w, None, torch.tensor(0.5))), train=True)
-    assert aux.shape == plain.shape and not torch.allclose(aux, plain)
+    aux = case.run(CellArch(case.w, None, torch.tensor(0.5)))
+    assert aux.shape == case.plain.shape and not torch.allclose(aux, case.plain)
 
 
 def test_the_aux_skip_coefficient_is_scheduled_and_outside_the_groups() -> None:
@@ -334,20 +353,17 @@ def test_edge_softmax_is_a_softmax_per_node() -> None:
 
 
 def test_edge_weights_scale_each_edge_of_the_cell() -> None:
-    cell = search_cell(6, 6, 2, reduction=False, reduction_prev=False, primitives=SPACE)
-    params, state = cell.init(random.key(0))
-    s0, s1 = random.normal(random.key(1), (2, 6, 4, 4)), random.normal(random.key(2), (2, 6, 4, 4))
-    w = torch.softmax(random.normal(random.key(3), (E, K)), -1)
-    plain, _ = cell.apply(params, state, (s0, s1, w), train=True)
-    ones, _ = cell.apply(params, state, (s0, s1, CellArch(w, torch.ones(E))), train=True)
-    assert torch.equal(ones, plain), "edge weights of 1 are the plain cell"
+    case = _cell_case(reduction=False, size=4)
+    ones = case.run(CellArch(case.w, torch.ones(E)))
+    assert torch.equal(ones, case.plain), "edge weights of 1 are the plain cell"
     half_first = torch.zeros(E)
     half_first[0] = 0.5  # node 2 = 0.5 * mixed_0(s0'), every other edge weighs 0
-    y, _ = cell.apply(params, state, (s0, s1, CellArch(w, half_first)), train=True)
+    y = case.run(CellArch(case.w, half_first))
     h, _ = preprocess(6, 2, halve=False, affine=False).apply(
-        select(params, "preprocess0"), select(state, "preprocess0"), s0, train=True)
+        select(case.params, "preprocess0"), select(case.state, "preprocess0"), case.s0,
+        train=True)
     edge0, _ = mixed_op(2, 1, primitives=SPACE).apply(
-        select(params, "ops.0"), select(state, "ops.0"), (h, w[0]), train=True)
+        select(case.params, "ops.0"), select(case.state, "ops.0"), (h, case.w[0]), train=True)
     torch.testing.assert_close(y[:, :2], 0.5 * edge0)
     assert float(y[:, 2:].abs().max()) == 0.0, "nodes 3-5 get only zero-weighted edges"
 
@@ -434,23 +450,8 @@ def test_stability_counts_the_trailing_run_of_one_genotype() -> None:
 
 def test_stop_stable_counts_the_epochs_before_a_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = search_module.make_search_step
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        step = real(*args, **kwargs)
-
-        def stop_at_1(i: int, groups: Any) -> Any:
-            if i == 1:
-                raise KeyboardInterrupt  # after the first epoch end, as Ctrl-C
-            return step(i, groups)
-
-        return stop_at_1
-
-    monkeypatch.setattr(search_module, "make_search_step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run_search(tmp_path / "run", DATA, STABLE, show_progress=False)
-    monkeypatch.setattr(search_module, "make_search_step", real)
-    resumed = run_search(tmp_path / "run", DATA, STABLE, resume=True, show_progress=False)
+    # stopped after the first epoch end (one step per epoch)
+    resumed = stopped_after_step_1_then_resumed(tmp_path / "run", DATA, STABLE, monkeypatch)
     assert resumed.stop_reason == "stop_stable" and resumed.steps_done == 2, (
         "the first epoch end, from the history file, counts towards the stability")
 

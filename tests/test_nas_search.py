@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from search_checks import stopped_after_step_1_then_resumed, synthetic_data
 from typer.testing import CliRunner
 
 from funcgraph import random
@@ -16,24 +17,14 @@ from funcgraph.nas import (
     BilevelConfig,
     Genotype,
     SearchConfig,
-    SearchData,
     arch_weights,
     derive_genotype,
 )
 from funcgraph.runs import run_search
-from funcgraph.runs import search as search_module
 from funcgraph.train import Run
 
-
-def _data(n: int = 16, classes: int = 3, size: int = 4) -> SearchData:
-    k = random.split(random.key(0), 2)
-    labels = torch.arange(n) % classes
-    return SearchData(random.uniform(k[0], (n, 1, size, size)), labels,
-                      random.uniform(k[1], (n, 1, size, size)), labels, classes, "synthetic")
-
-
 CFG = SearchConfig(C=2, layers=3, epochs=2, batch_size=8, stop_skips=None, select="argmax")
-DATA = _data(n=8)  # one step per epoch
+DATA = synthetic_data(8)  # one step per epoch
 
 
 @pytest.fixture(scope="module")
@@ -86,25 +77,8 @@ def test_search_writes_genotype_history_heatmap_and_summary(whole: tuple[Path, A
 def test_resume_after_ctrl_c_is_bit_identical(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: tuple[Path, Any]
 ) -> None:
-    data = DATA
     whole_path, whole_result = whole
-    real = search_module.make_search_step
-
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        step = real(*args, **kwargs)
-
-        def stop_at_1(i: int, groups: Any) -> Any:
-            if i == 1:
-                raise KeyboardInterrupt  # as Ctrl-C: the loop saves step 1 and re-raises
-            return step(i, groups)
-
-        return stop_at_1
-
-    monkeypatch.setattr(search_module, "make_search_step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        run_search(tmp_path / "split", data, CFG, show_progress=False)
-    monkeypatch.setattr(search_module, "make_search_step", real)
-    resumed = run_search(tmp_path / "split", data, CFG, resume=True, show_progress=False)
+    resumed = stopped_after_step_1_then_resumed(tmp_path / "split", DATA, CFG, monkeypatch)
     assert resumed.genotype == whole_result.genotype
     a = Run.open(whole_path).load("last")[0]
     b = Run.open(tmp_path / "split").load("last")[0]
@@ -146,11 +120,12 @@ def test_user_mistakes_are_clear_errors(tmp_path: Path, whole: tuple[Path, Any])
         run_search(whole[0], DATA, SearchConfig(**{**CFG.__dict__, "C": 4}), resume=True,
                    show_progress=False)
     with pytest.raises(CheckpointError, match="no run to resume"):
-        run_search(tmp_path / "empty", _data(), CFG, resume=True, show_progress=False)
+        run_search(tmp_path / "empty", synthetic_data(16), CFG, resume=True, show_progress=False)
     with pytest.raises(ConfigError, match="batch_size"):
-        run_search(tmp_path / "b", _data(), SearchConfig(batch_size=64), show_progress=False)
+        run_search(tmp_path / "b", synthetic_data(16), SearchConfig(batch_size=64),
+                   show_progress=False)
     with pytest.raises(ShapeError, match="divisible by 4"):
-        _data(size=6)
+        synthetic_data(16, size=6)
 
 
 def test_cli_rejects_bad_options_in_one_line(tmp_path: Path) -> None:
