@@ -227,6 +227,17 @@ def test_remat_run_follows_the_default_run(tmp_path: Path) -> None:
 runner = CliRunner()
 
 
+def meta_train_sinusoid(out: Path, *, steps: int, episodes: int, validate_every: int) -> str:
+    """The output of ``funcgraph meta-train`` on sinusoid into ``out`` (meta-batch 2, three
+    validation tasks, on the CPU), which must exit 0."""
+    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", str(steps),
+                                 "--meta-batch", "2", "--episodes", str(episodes),
+                                 "--validate-every", str(validate_every), "--val-episodes", "3",
+                                 "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 @pytest.mark.parametrize("args,message", [
     (["--tasks", "5wayXshot"], "task spec"),
     (["--dataset", "omniglot", "--data-root", "/no/such/dir"], "/no/such/dir"),
@@ -276,12 +287,7 @@ def test_user_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_sinusoid_meta_train_then_evaluate_from_the_run_directory(tmp_path: Path) -> None:
     out = tmp_path / "sine"
-    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "2",
-                                 "--meta-batch", "2", "--episodes", "4", "--validate-every",
-                                 "1", "--val-episodes", "3", "--device", "cpu", "--out",
-                                 str(out)])
-    assert result.exit_code == 0, result.output
-    assert "mse" in result.output
+    assert "mse" in meta_train_sinusoid(out, steps=2, episodes=4, validate_every=1)
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["name"] == "mlp" and config["dataset"] == "sinusoid"
     result = runner.invoke(app, ["evaluate", str(out), "--episodes", "5", "--device", "cpu",
@@ -298,11 +304,7 @@ def test_evaluate_scores_the_runs_own_test_tasks_and_prints_its_test_line(tmp_pa
     keys, task count and checkpoint) and prints the run's line beside it; --seed draws
     other tasks and says so."""
     out = tmp_path / "sine"
-    result = runner.invoke(app, ["meta-train", "--dataset", "sinusoid", "--steps", "3",
-                                 "--meta-batch", "2", "--episodes", "7", "--validate-every",
-                                 "2", "--val-episodes", "3", "--device", "cpu", "--out",
-                                 str(out)])
-    assert result.exit_code == 0, result.output
+    meta_train_sinusoid(out, steps=3, episodes=7, validate_every=2)
     test = [r for r in Run.open(out).metrics() if r["kind"] == "test"][-1]
     scored = evaluate_run(out, device="cpu")
     assert scored.checkpoint == test["checkpoint"] == "best"
