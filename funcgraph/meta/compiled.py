@@ -26,7 +26,7 @@ import time
 import traceback
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,18 +193,28 @@ def _make(task_grad: Callable[..., Any], strategy: str, chunk_size: int | None,
 
     def mean_looped(meta_params: Params, tasks: Task, values: Params
                     ) -> tuple[Params, Tensor, Tensor]:
-        total: Params = {}
-        losses, metrics = [], []
-        for t in range(tasks.num_tasks):
-            grads, loss, metric = one_task(meta_params, tasks.pick(t), values)
-            total = grads if t == 0 else {n: total[n] + g for n, g in grads.items()}
-            losses.append(loss)
-            metrics.append(metric)
-        num = tasks.num_tasks
-        return ({n: g / num for n, g in total.items()}, torch.stack(losses).mean(),
-                torch.stack(metrics).mean())
+        return looped_mean(one_task(meta_params, tasks.pick(t), values)
+                           for t in range(tasks.num_tasks))
 
     return mean_looped
+
+
+def looped_mean(results: Iterable[tuple[Params, Tensor, Tensor]]
+                ) -> tuple[Params, Tensor, Tensor]:
+    """The mean of per-task ``(grads, loss, metric)`` that come one task at a time (the
+    loop's, compiled or not): the gradients summed as they come, one running total rather
+    than a stack of every task's, then divided by the number of tasks; the losses and
+    metrics stacked and averaged."""
+    total: Params = {}
+    losses: list[Tensor] = []
+    metrics: list[Tensor] = []
+    for t, (grads, loss, metric) in enumerate(results):
+        total = grads if t == 0 else {n: total[n] + g for n, g in grads.items()}
+        losses.append(loss)
+        metrics.append(metric)
+    num = len(losses)
+    return ({n: g / num for n, g in total.items()}, torch.stack(losses).mean(),
+            torch.stack(metrics).mean())
 
 
 def _guarded(fn: MeanGrads, whole: tuple[Any, ...], fresh: bool) -> MeanGrads:
@@ -310,4 +320,4 @@ def _where(chain: list[BaseException], lines: list[str]) -> str | None:
 
 
 __all__ = ["Backend", "CompileFallback", "CompileRecord", "NotCompiled", "compile_failure",
-           "compiled_mean_grads", "note", "recording", "use_compile_cache"]
+           "compiled_mean_grads", "looped_mean", "note", "recording", "use_compile_cache"]

@@ -42,7 +42,7 @@ from ..control import vmap_hint
 from ..errors import ConfigError
 from ..params import Params
 from ..precision import check_precision, in_precision
-from .compiled import Backend, NotCompiled, compiled_mean_grads
+from .compiled import Backend, NotCompiled, compiled_mean_grads, looped_mean
 from .learner import RANDOMNESS, StepInputs, Task, TaskEvalFn, TaskGradFn
 
 STRATEGIES = ("loop", "threads", "vmap")
@@ -97,6 +97,23 @@ def default_strategy(device: torch.device | str, examples_per_task: int | None =
     return DEFAULT_STRATEGY.get(kind, "loop")
 
 
+def check_compiled_strategy(who: str, compile: object, *strategies: str | None,
+                            compile_option: str = "compile",
+                            strategy_option: str = "strategy") -> None:
+    """Refuse ``compile`` with ``"threads"`` among ``strategies``: a compiled meta-gradient
+    runs its tasks in a loop or vmapped (:data:`COMPILED`), as Dynamo compiles from one
+    thread. ``who`` and the option names are the caller's, as its user writes them
+    (``MetaTrainer``'s ``compile``, ``meta-train``'s ``--compile``).
+
+    Raises:
+        ConfigError: ``compile`` is set and a strategy is ``"threads"``.
+    """
+    if compile and "threads" in strategies:
+        raise ConfigError(f"{who}: {compile_option} runs tasks in a loop or vmapped, not "
+                          f"'threads' (Dynamo compiles from one thread): choose another "
+                          f"{strategy_option}")
+
+
 Result = TypeVar("Result")
 
 
@@ -149,11 +166,16 @@ def examples_per_task(tasks: Task) -> int:
     return int(tasks.support_x.shape[1] + tasks.query_x.shape[1])
 
 
-def _workers(strategy: str, workers: int | None) -> int:
-    """Worker threads of a non-vmap strategy: 1 for ``"loop"``."""
+def _looped(fn: Callable[[Params, Task], Result], meta_params: Params, tasks: Task,
+            strategy: str, workers: int | None) -> Iterator[Result]:
+    """``fn`` on each task in order, under a non-vmap strategy: in this thread for
+    ``"loop"``, on ``workers`` threads (default ``torch.get_num_threads()``) for
+    ``"threads"`` (:func:`per_task`)."""
     if strategy != "threads":
-        return 1
-    return torch.get_num_threads() if workers is None else workers
+        workers = 1
+    elif workers is None:
+        workers = torch.get_num_threads()
+    return per_task(lambda t: fn(meta_params, tasks.pick(t)), tasks.num_tasks, workers=workers)
 
 
 def _vmapped(fn: Callable[[Params, Task], Any], meta_params: Params, tasks: Task,
@@ -214,9 +236,7 @@ def mean_task_grads(
     precise = check_precision("mean_task_grads", precision)
     device = tasks.support_x.device.type
     if compile:
-        if strategy == "threads":
-            raise ConfigError("mean_task_grads: compile runs with strategy 'loop' or 'vmap', "
-                              "not 'threads' (Dynamo compiles from one thread)")
+        check_compiled_strategy("mean_task_grads", compile, strategy)
         # One compiled function per shared fn: a StepInputs' tensors are its arguments.
         fn, inputs = ((task_grad.fn, task_grad.inputs) if isinstance(task_grad, StepInputs)
                       else (task_grad, None))
@@ -230,21 +250,10 @@ def mean_task_grads(
             except NotCompiled:
                 pass
     task_grad = in_precision(task_grad, precise, device)
-    num = tasks.num_tasks
     if strategy == "vmap":
         grads, loss, metric = _vmapped(task_grad, meta_params, tasks, chunk_size)
         return {n: g.mean(0) for n, g in grads.items()}, loss.mean(), metric.mean()
-    total: Params = {}
-    losses: list[Tensor] = []
-    metrics: list[Tensor] = []
-    results = per_task(lambda t: task_grad(meta_params, tasks.pick(t)), num,
-                       workers=_workers(strategy, workers))
-    for t, (grads, loss, metric) in enumerate(results):
-        total = grads if t == 0 else {n: total[n] + g for n, g in grads.items()}
-        losses.append(loss)
-        metrics.append(metric)
-    mean_grads = {n: g / num for n, g in total.items()}
-    return mean_grads, torch.stack(losses).mean(), torch.stack(metrics).mean()
+    return looped_mean(_looped(task_grad, meta_params, tasks, strategy, workers))
 
 
 def task_evals(
@@ -266,8 +275,7 @@ def task_evals(
     if strategy == "vmap":
         loss, metric = _vmapped(task_eval, meta_params, tasks, chunk_size)
         return loss, metric
-    pairs = list(per_task(lambda t: task_eval(meta_params, tasks.pick(t)), tasks.num_tasks,
-                          workers=_workers(strategy, workers)))
+    pairs = list(_looped(task_eval, meta_params, tasks, strategy, workers))
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 
 
@@ -321,6 +329,7 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "RANDOMNESS",
     "STRATEGIES",
+    "check_compiled_strategy",
     "default_chunk_size",
     "default_strategy",
     "examples_per_task",

@@ -51,7 +51,7 @@ from .evaluate import EvalResult, evaluate
 from .learner import MetaLearner, Task
 from .registry import DEFAULT_META_LR, algorithm_names, algorithm_type
 from .step import StepMetrics, meta_step
-from .strategy import STRATEGIES
+from .strategy import STRATEGIES, check_compiled_strategy
 from .task_stream import TaskStream
 
 _EVAL_TAG = 0x6576616C
@@ -129,9 +129,7 @@ class MetaTrainer:
         if not (isinstance(compile, bool | str) or callable(compile)):
             raise ConfigError(f"MetaTrainer: compile must be True, False or a torch.compile "
                               f"backend (its name, or a callable one), got {compile!r}")
-        if compile and strategy == "threads":
-            raise ConfigError("MetaTrainer: compile runs with strategy 'loop', 'vmap' or "
-                              "'auto', not 'threads' (Dynamo compiles from one thread)")
+        check_compiled_strategy("MetaTrainer", compile, strategy)
         for name, value in (("learner", learner), ("optimizer", optimizer),
                             ("strategy", strategy), ("chunk_size", chunk_size),
                             ("precision", precision),

@@ -25,7 +25,7 @@ from ...meta.registry import (
     algorithm_type,
 )
 from ...meta.settings import INNER_OPTIMIZERS, ImamlSettings, MamlSettings, Settings
-from ...meta.strategy import CHOICES, STRATEGIES
+from ...meta.strategy import CHOICES, STRATEGIES, check_compiled_strategy
 from ...precision import CHOICES as PRECISION_CHOICES
 
 META_OPTIMIZERS = ("adam", "sgd")
@@ -118,9 +118,8 @@ class MetaTrainConfig:
                 self.step_strategy != self.strategy):
             raise ConfigError(f"--strategy {self.strategy}: the run's meta-step took "
                               f"{self.step_strategy}; a strategy cannot change mid-run")
-        if self.compile and "threads" in (self.strategy, self.step_strategy):
-            raise ConfigError("--compile runs tasks in a loop or vmapped (Dynamo compiles from "
-                              "one thread): use --strategy loop, vmap, auto or measure")
+        check_compiled_strategy(_WHO, self.compile, self.strategy, self.step_strategy,
+                                compile_option="--compile", strategy_option="--strategy")
         check_int(_WHO, "--threads", self.threads, minimum=0)
         if self.chunk_size is not None:
             check_int(_WHO, "chunk_size", self.chunk_size, minimum=1)
