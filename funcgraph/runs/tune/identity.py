@@ -100,15 +100,24 @@ def study_record(study_dir: Path, *, name: str | None = None,
     return recorded
 
 
+def file_store(storage: str | None) -> tuple[str, str] | None:
+    """``(scheme, path)`` of a ``--storage`` whose store is a local file (``journal:PATH``,
+    ``sqlite:///PATH``), else ``None`` (a server's URL, or none given)."""
+    for scheme in ("journal:", "sqlite:///"):
+        if storage is not None and storage.startswith(scheme):
+            return scheme, storage[len(scheme):]
+    return None
+
+
 def absolute(storage: str | None) -> str | None:
     """``storage`` with a file store's relative path made absolute (``journal:PATH``,
     ``sqlite:///PATH``), so the directory's record names the same file from any working
     directory."""
-    for scheme in ("journal:", "sqlite:///"):
-        if storage is not None and storage.startswith(scheme):
-            path = storage[len(scheme):]
-            if path and path != ":memory:" and not Path(path).is_absolute():
-                return scheme + str(Path(path).resolve())
+    store = file_store(storage)
+    if store is not None:
+        scheme, path = store
+        if path and path != ":memory:" and not Path(path).is_absolute():
+            return scheme + str(Path(path).resolve())
     return storage
 
 
@@ -116,10 +125,8 @@ def store_file(record: StudyRecord) -> Path | None:
     """The file that holds the study, where its store is a local file."""
     if record.storage is None:
         return record.db_path
-    for scheme in ("journal:", "sqlite:///"):
-        if record.storage.startswith(scheme):
-            return Path(record.storage[len(scheme):])
-    return None
+    store = file_store(record.storage)
+    return None if store is None else Path(store[1])
 
 
 def started(study_dir: Path) -> bool:
@@ -281,5 +288,5 @@ def _canonical(value: Any) -> str:
 
 
 __all__ = ["DB_FILE", "IDENTITY_KEYS", "LOCK_FILE", "STUDY_FILE", "TRIALS_DIR", "StudyRecord",
-           "absolute", "attributes", "check_identity", "check_store", "no_study", "remember",
-           "started", "store_file", "study_lock", "study_record"]
+           "absolute", "attributes", "check_identity", "check_store", "file_store", "no_study",
+           "remember", "started", "store_file", "study_lock", "study_record"]
