@@ -21,7 +21,14 @@ from ...checks import option
 from ...errors import ConfigError
 from ..meta_training.config import MetaTrainConfig, default_config
 from .space import FRACTIONS, MODEL_PREFIX, OPTION_NAMES, SearchSpace
-from .study import attempt_cpu_s, higher_is_better, origin, shown_setting, shown_value
+from .study import (
+    attempt_cpu_s,
+    higher_is_better,
+    origin,
+    shown_setting,
+    shown_value,
+    study_metric,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,9 +60,13 @@ class TrialRow:
     params: dict[str, Any]
     run_dir: str | None
     reason: str | None
+    metric: str = "acc"
+    """The validation figure ``value`` is: ``"acc"``, or ``"mse"`` on regression."""
 
     def as_record(self) -> dict[str, Any]:
-        return {"trial": self.number, "state": self.state, "val_acc": self.value,
+        """The row as a ``tune show --json`` line, its value keyed by the study's metric
+        (``val_acc``, or ``val_mse`` on regression)."""
+        return {"trial": self.number, "state": self.state, f"val_{self.metric}": self.value,
                 "step": self.step, "cpu_s": self.cpu_s, "params": self.params,
                 "run_dir": self.run_dir, **({"reason": self.reason} if self.reason else {})}
 
@@ -70,6 +81,7 @@ def trial_rows(study: Any) -> list[TrialRow]:
     failed trial's ``reason`` says why (its error, ``interrupted``, or :data:`LOST`) and what
     retried it."""
     rows = []
+    metric = study_metric(study)
     trials = study.get_trials(deepcopy=False)
     for t in trials:
         if t.state.name == "WAITING":
@@ -87,7 +99,7 @@ def trial_rows(study: Any) -> list[TrialRow]:
         if t.state.name == "PRUNED" and "CPU cap" in t.user_attrs.get("pruned", ""):
             reason = "over the CPU cap"
         rows.append(TrialRow(t.number, t.state.name.lower(), t.value, steps, attempt_cpu_s(t),
-                             dict(t.params), run_dir, reason))
+                             dict(t.params), run_dir, reason, metric))
     return rows
 
 

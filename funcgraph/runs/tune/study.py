@@ -267,6 +267,16 @@ def metric_of(space: SearchSpace) -> str:
     return dataset_metric(space.study["dataset"])
 
 
+def study_metric(study: Any) -> str:
+    """The validation metric an Optuna study's trials were chosen on, as the study recorded
+    it (its ``metric`` attribute); for a study from before its attributes, the one its
+    direction says (:func:`direction`: accuracy is maximised, an error minimised)."""
+    recorded = study.user_attrs.get("metric")
+    if recorded is not None:
+        return str(recorded)
+    return "acc" if study.direction.name == "MAXIMIZE" else "mse"
+
+
 def higher_is_better(metric: str) -> bool:
     """Whether a larger ``metric`` is the better figure: accuracy; an error is not."""
     return metric == "acc"
@@ -348,4 +358,4 @@ __all__ = ["CAP_CHECK_STEPS", "GRACE_BEATS", "MAX_RETRIES", "PRUNERS", "SPACE_FI
            "TRIALS_DIR", "TuneOptions", "attempt_cpu_s", "cpu_seconds", "dataset_metric",
            "direction", "finished",
            "make_pruner", "metric_of", "open_storage", "open_study", "origin", "recover",
-           "retry_callback", "retry_unfinished", "shown_setting", "shown_value"]
+           "retry_callback", "retry_unfinished", "shown_setting", "shown_value", "study_metric"]
