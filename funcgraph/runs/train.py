@@ -28,7 +28,7 @@ from ..placement import placed_model
 from ..precision import CHOICES as PRECISION_CHOICES
 from ..precision import chosen_precision
 from ..random import Key
-from ..train import Groups, LoopConfig, Run, adam, cosine_lr, run_loop
+from ..train import Groups, LoopConfig, Optimizer, Run, adam, cosine_lr, run_loop
 from ..train.ownership import CONFIG_FILE
 from ..train.supervised import (
     Batch,
@@ -190,6 +190,8 @@ def train_config(
 
 
 Sampler = Callable[[Key, int], Batch]
+StepFn = Callable[[int, Groups], tuple[Groups, dict[str, float]]]
+"""``(step, groups) -> (groups, metrics)``: one training step of the run."""
 
 
 def glyph_classes(split: str, classes: int, val_per_class: int,
@@ -337,57 +339,23 @@ def _fit(cfg: TrainConfig, out: str | Path, *, resume: bool, device: str, show_p
     cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
                                                   echo if env is None or env.is_main else None))
     plan = plan_fit(cfg, dev, place=place)
-    model, params, state, sample, val = plan.model, plan.params, plan.state, plan.sample, plan.val
-    loss_fn, k_train = plan.loss_fn, plan.train_key
     env = env or distributed.DistEnv()
     run = Run.create(out, cfg.to_json(), resume=resume, may_change=("steps", "threads"), env=env,
                      tensorboard=tensorboard,
                      added={"precision": "float32"})
     try:
         optimizer = adam(cfg.lr)
-        # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
-        # step has the same names as this template (a resume checks names and shapes).
-        opt_state = {"step": torch.zeros((), dtype=torch.int64, device=dev),
-                     **optimizer.init(params)}
-        groups: Groups = {"params": params, "state": state, "opt": opt_state}
-        start, best = 0, None
-        if resume and run.has_checkpoint("last"):
-            loaded, meta = run.load("last", expect=groups, device=str(dev))
-            groups = {g: loaded[g] for g in groups}
-            start, best = int(meta["step"]), meta.get("best_value")
-            if env.is_main:
-                run.truncate_metrics(start)
-        sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
-        step = train_step(model, optimizer, loss_fn=loss_fn, sync=sync,
-                          precision=cfg.precision)
-        mine = distributed.shard(cfg.batch_size, env)
-        own_rows = torch.arange(mine.start, mine.stop, device=dev)
-
-        def step_fn(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
-            k_batch, k_model = random.split(random.fold_in(k_train, i))
-            x, labels = sample(k_batch, cfg.batch_size)
-            if env.active:
-                # Every rank keeps the model key: a batch-mode stochastic-depth draw is one per
-                # global batch, so all ranks must drop the same blocks.
-                x, labels = take_rows(x, own_rows), labels[own_rows]
-            p, s, o, metrics = step(g["params"], g["state"], g["opt"], (x, labels),
-                                    k_model, lr=cosine_lr(cfg.lr, i, cfg.steps))
-            if env.active and (i + 1) % sync_every == 0:
-                distributed.assert_in_sync(p, env, i + 1)
-            return {"params": p, "state": s, "opt": o}, metrics
-
-        def validate(i: int, g: Groups) -> dict[str, float]:
-            return evaluate_batches(model, g["params"], g["state"], batches(val, 256),
-                                    loss_fn=loss_fn)
-
+        groups, start, best = _fit_start(run, plan, optimizer, dev, env, resume=resume)
+        validate = _validation(plan)
         loop = LoopConfig(total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
                           validate_every=cfg.validate_every, best_metric="accuracy",
                           items_per_step=cfg.batch_size, item_name="examples",
                           show_progress=show_progress and env.is_main, write=env.is_main,
-                          description=f"train {model.name}",
+                          description=f"train {plan.model.name}",
                           meta={"device": dev.type, "world_size": env.world_size})
         if start < cfg.steps:
-            groups = run_loop(run, groups, step_fn, loop, start_step=start,
+            groups = run_loop(run, groups, _fit_step(cfg, plan, optimizer, dev, env, sync_every),
+                              loop, start_step=start,
                               validate=validate if env.is_main else None, best_value=best,
                               after_validation=lambda _step, _val: write_curves(run.path))
         if not env.is_main:
@@ -400,6 +368,65 @@ def _fit(cfg: TrainConfig, out: str | Path, *, resume: bool, device: str, show_p
         return FitResult(run, groups["params"], groups["state"], final)
     finally:
         run.close()
+
+
+def _fit_start(run: Run, plan: TrainPlan, optimizer: Optimizer, dev: torch.device,
+               env: distributed.DistEnv, *, resume: bool) -> tuple[Groups, int, float | None]:
+    """``(groups, start step, best validation so far)``: the plan's params and state with a
+    fresh optimiser state, or with ``resume`` the run's ``last`` checkpoint (its metrics
+    past the checkpoint's step dropped on rank 0)."""
+    # Adam adds its "step" counter at the first update; start it at 0 so the checkpoint of any
+    # step has the same names as this template (a resume checks names and shapes).
+    opt_state = {"step": torch.zeros((), dtype=torch.int64, device=dev),
+                 **optimizer.init(plan.params)}
+    groups: Groups = {"params": plan.params, "state": plan.state, "opt": opt_state}
+    if not (resume and run.has_checkpoint("last")):
+        return groups, 0, None
+    loaded, meta = run.load("last", expect=groups, device=str(dev))
+    start = int(meta["step"])
+    if env.is_main:
+        run.truncate_metrics(start)
+    return {g: loaded[g] for g in groups}, start, meta.get("best_value")
+
+
+def _fit_step(cfg: TrainConfig, plan: TrainPlan, optimizer: Optimizer, dev: torch.device,
+              env: distributed.DistEnv, sync_every: int) -> StepFn:
+    """The run's training step ``(i, groups) -> (groups, metrics)``: step ``i`` draws its
+    batch and model key from ``fold_in(train key, i)`` (this rank's rows of the batch in a
+    data-parallel job, whose gradients are averaged over the ranks) at the cosine learning
+    rate of ``i``, and every ``sync_every`` steps checks that the ranks hold the same
+    params."""
+    sync = (lambda t: distributed.all_reduce_mean(t, env)) if env.active else None
+    step = train_step(plan.model, optimizer, loss_fn=plan.loss_fn, sync=sync,
+                      precision=cfg.precision)
+    mine = distributed.shard(cfg.batch_size, env)
+    own_rows = torch.arange(mine.start, mine.stop, device=dev)
+
+    def step_fn(i: int, g: Groups) -> tuple[Groups, dict[str, float]]:
+        k_batch, k_model = random.split(random.fold_in(plan.train_key, i))
+        x, labels = plan.sample(k_batch, cfg.batch_size)
+        if env.active:
+            # Every rank keeps the model key: a batch-mode stochastic-depth draw is one per
+            # global batch, so all ranks must drop the same blocks.
+            x, labels = take_rows(x, own_rows), labels[own_rows]
+        p, s, o, metrics = step(g["params"], g["state"], g["opt"], (x, labels),
+                                k_model, lr=cosine_lr(cfg.lr, i, cfg.steps))
+        if env.active and (i + 1) % sync_every == 0:
+            distributed.assert_in_sync(p, env, i + 1)
+        return {"params": p, "state": s, "opt": o}, metrics
+
+    return step_fn
+
+
+def _validation(plan: TrainPlan) -> Callable[[int, Groups], dict[str, float]]:
+    """The run's validation ``(i, groups) -> figures``: the plan's model at the groups'
+    params and state over the whole validation set, 256 examples at a time."""
+
+    def validate(i: int, g: Groups) -> dict[str, float]:
+        return evaluate_batches(plan.model, g["params"], g["state"], batches(plan.val, 256),
+                                loss_fn=plan.loss_fn)
+
+    return validate
 
 
 __all__ = [
