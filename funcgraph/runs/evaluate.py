@@ -21,13 +21,7 @@ from ..plugins import import_recorded
 from ..precision import resolve_precision
 from ..train import Run
 from .memory import check_task_sizes
-from .meta_training.loop import (
-    MetaTrainConfig,
-    build_learner,
-    evaluation_learner,
-    init_params,
-    run_model,
-)
+from .meta_training.loop import MetaTrainConfig, run_model, scoring_learner
 from .meta_training.plan import RunKeys, eval_strategy
 from .task_sources import sources_for
 
@@ -153,20 +147,17 @@ def _evaluate_run(run: Run, cfg: MetaTrainConfig, *, tasks: str | None, episodes
         raise ConfigError(f"--tasks {cfg.tasks}: the model's head has {model_ways} ways")
     model = run_model(cfg)
     check_task_sizes(model, cfg, sources, dev)  # from shapes, before a task is sampled
-    learner = build_learner(cfg, sources, model)
-    template = init_params(cfg, learner, model)
     tag = checkpoint if run.has_checkpoint(checkpoint) else "last"
     if not run.has_checkpoint(tag):
         raise CheckpointError(f"{run.path}: no checkpoint to evaluate (expected checkpoints/"
                               f"{checkpoint}.json)")
-    params = run.load(tag, expect={"params": template}, device=str(dev))[0]["params"]
+    scorer, params = scoring_learner(cfg, sources, model, run, tag, dev)
     key = RunKeys.of(cfg.seed if seed is None else seed).test
-    scorer = evaluation_learner(cfg, learner, params, sources, dev)
     result = evaluate(scorer, params, sources.test, key=key,
                       episodes=cfg.test_episodes if episodes is None else episodes,
                       strategy=eval_strategy(cfg, sources, dev, scorer, params), device=dev,
                       precision=cfg.precision)
-    metric = learner.objective.metric_name
+    metric = scorer.objective.metric_name
     tests = [r for r in run.metrics() if r.get("kind") == "test" and metric in r]
     recorded = RecordedTest(str(tests[-1]["checkpoint"]), own["--tasks"],
                             EvalResult.from_record(metric, tests[-1])) if tests else None

@@ -36,7 +36,7 @@ from ..precision import in_precision
 from ..random import Key
 from ..train import Run
 from ..train.checkpoint import verify_groups
-from .meta_training.loop import MetaTrainConfig, build_learner, evaluation_learner, init_params
+from .meta_training.loop import MetaTrainConfig, scoring_learner
 from .resolve import resolve_model
 from .task_sources import TaskSources, sources_for
 
@@ -176,12 +176,9 @@ def _scoring_learner(loaded: LoadedRun
                           "adapt with; its model.apply(params, state, x) predicts")
     cfg = MetaTrainConfig.from_json(loaded.config)
     sources = sources_for(cfg)
-    learner = build_learner(cfg, sources, loaded.model)
-    template = init_params(cfg, learner, loaded.model)
     device = next(iter(loaded.params.values())).device
-    meta_params = Run.open(loaded.path).load(loaded.checkpoint, expect={"params": template},
-                                             device=str(device))[0]["params"]
-    scorer = evaluation_learner(cfg, learner, meta_params, sources, device)
+    scorer, meta_params = scoring_learner(cfg, sources, loaded.model, Run.open(loaded.path),
+                                          loaded.checkpoint, device)
     return scorer, meta_params, sources, cfg
 
 

@@ -46,15 +46,17 @@ from torch import Tensor
 from ... import distributed
 from ...errors import CheckpointError, ConfigError
 from ...meta.compiled import use_compile_cache
-from ...meta.evaluate import EvalResult, evaluate
+from ...meta.evaluate import EvalResult, TaskSampler, evaluate
 from ...meta.learner import MetaLearner
 from ...meta.running_stats import step_running_stats, with_step_running_stats
 from ...meta.settings import AdaptSettings
 from ...meta.step import meta_step
 from ...meta.strategy import STRATEGIES, resolve_strategy
+from ...model import Model
 from ...params import Params
 from ...placement import cpu_threads, resolve_device
 from ...precision import chosen_precision, resolve_precision
+from ...random import Key
 from ...train import (
     DIVERGENCE_BOUND,
     Groups,
@@ -117,6 +119,19 @@ def evaluation_learner(cfg: MetaTrainConfig, learner: MetaLearner, params: Param
     rows = step_running_stats(twin, params, tasks, steps=settings.eval_steps,
                               inner_lr=settings.inner_lr, objective=learner.objective)
     return with_step_running_stats(learner, twin, rows)
+
+
+def scoring_learner(cfg: MetaTrainConfig, sources: TaskSources, model: Model, run: Run,
+                    checkpoint: str, device: torch.device) -> tuple[MetaLearner, Params]:
+    """``(scorer, meta-parameters)`` of the run's ``checkpoint``: the checkpoint's params
+    loaded onto ``device`` and verified against those of ``cfg``'s learner over ``model``
+    (:func:`init_params`), and the learner that scores them (:func:`evaluation_learner`).
+    ``funcgraph evaluate`` scores with it and
+    :meth:`LoadedRun.adapt <funcgraph.runs.load.LoadedRun.adapt>` adapts with it."""
+    learner = build_learner(cfg, sources, model)
+    template = init_params(cfg, learner, model)
+    params = run.load(checkpoint, expect={"params": template}, device=str(device))[0]["params"]
+    return evaluation_learner(cfg, learner, params, sources, device), params
 
 
 def meta_optimizer(cfg: MetaTrainConfig) -> Optimizer:
@@ -350,123 +365,230 @@ def _meta_train(
     """:func:`meta_train` at the run's thread count; ``recorded``: the config of the run a
     resume continues."""
     env = env or distributed.DistEnv()
-    if env.active and cfg.strategy == "measure":
-        cfg = replace(cfg, strategy="auto")  # timings differ per rank; ranks must agree
     dev = resolve_device(device)
-    # config.json records the choice; the run's first lines say which and why
-    cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
-                                                  echo if env.is_main else None))
-    sources = sources or sources_for(cfg)
-    plan = plan_meta_train(cfg, sources, dev, place=place)
-    cfg, learner, params = plan.cfg, plan.learner, plan.params
-    if plan.memory_note is not None and env.is_main:
-        echo(plan.memory_note)
-    keys = RunKeys.of(cfg.seed)
+    plan, sources = _planned(cfg, sources, dev, env, echo, place)
+    cfg = plan.cfg
     changes = resume_changes(recorded, cfg) if recorded is not None else {}
     run = Run.create(out, cfg.to_json(), resume=resume,
                      may_change=(*MAY_CHANGE_ON_RESUME, *OUTCOMES),
                      env=env, tensorboard=tensorboard,
                      added={"precision": "float32", "compile": False, "max_memory": None})
     try:
+        session = _Session(plan, sources, dev, env, run, echo)
         optimizer = meta_optimizer(cfg)
-        groups: Groups = {"params": params, "opt": optimizer.init(params)}
-        start, best_value, strategy = 0, None, cfg.step_strategy
-        if resume and run.has_checkpoint("last"):
-            groups, start, best_value, kept = resumed(run, groups, dev, env)
-            if kept is None and cfg.strategy in ("auto", "measure"):
-                if strategy is not None and env.is_main:
-                    echo(f"resumed on {dev.type}: the run's strategies were chosen for another "
-                         "device; chosen again")
-                strategy = None
-                cfg = replace(cfg, step_strategy=None, score_strategy=None)
-            strategy = strategy or kept  # a run from before config.json recorded it
-            if changes and env.is_main:
-                run.log({"kind": "resume", "step": start, "changed": changes})
-                echo(f"resumed at step {start} with " + ", ".join(
-                    f"{k} {new!r} (was {old!r})" for k, (old, new) in changes.items()))
-        if place is None:  # a placement plan has put every tensor where it belongs
-            groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
-
-        step_fn = train_step(cfg, learner, optimizer, sources, dev, env, sync_every,
+        cfg, start = _start(cfg, session, optimizer, changes, resume=resume, place=place)
+        step_fn = train_step(cfg, plan.learner, optimizer, sources, dev, env, sync_every,
                              plan.chunk_size)
         # compiling: its cache folder set now, its lines and records (measure's probe too)
-        reporter = CompileReporter(cfg, run if env.is_main else None,
-                                   echo if env.is_main else None, start=start)
-
-        if start < cfg.steps and env.is_main:  # before a step of minutes: what it will cost
-            seconds, measured = estimate_step_seconds(cfg, plan, sources, dev,
-                                                      strategy=strategy)
-            echo(step_cost(cfg, plan, seconds, measured, cfg.steps - start))
-        if strategy is None:
-            if cfg.strategy == "measure" and env.is_main:
-                echo("measuring the strategies on the first meta-batch (a few steps)")
-            with reporter:
-                strategy = resolve_strategy(cfg.strategy, dev,
-                                            examples_per_task=task_size(sources.train),
-                                            probe=lambda s: step_fn(start, groups, s),
-                                            compiled=cfg.compile)
-        # The training learner stands in for the scorer: running statistics change no sizes.
-        test_strategy = eval_strategy(cfg, sources, dev, learner, groups["params"],
-                                      echo if env.is_main else None)
-        cfg = replace(cfg, step_strategy=strategy, score_strategy=test_strategy)
+        reporter = CompileReporter(cfg, run if env.is_main else None, session.main_echo,
+                                   start=start.step)
+        strategy, score = _strategies(cfg, session, start, step_fn, reporter)
+        cfg = replace(cfg, step_strategy=strategy, score_strategy=score)
         if env.is_main:  # what the run resolved, for --resume and funcgraph evaluate
             run.record({k: getattr(cfg, k) for k in RECORDED_BY_THE_RUN})
-        metric_name = learner.objective.metric_name
-
-        def validate(step: int, groups: Groups) -> dict[str, float]:
-            scorer = evaluation_learner(cfg, learner, groups["params"], sources, dev)
-            res = evaluate(scorer, groups["params"], sources.val, key=keys.val,
-                           episodes=cfg.val_episodes, strategy=test_strategy, device=dev,
-                           precision=cfg.precision)
-            return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
-
-        loop_cfg = LoopConfig(
-            total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
-            validate_every=cfg.validate_every, best_metric=metric_name,
-            maximize=learner.objective.higher_is_better, items_per_step=cfg.meta_batch,
-            item_name="tasks", show_progress=show_progress and env.is_main,
-            write=env.is_main, description=f"meta-train {cfg.algo}",
-            meta={"strategy": strategy, "device": dev.type, "world_size": env.world_size},
-            divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
-            first_step=(compile_note(use_compile_cache(), signature(cfg)) if cfg.compile else
-                        f"sampling {cfg.meta_batch:,} tasks, warming up"), label=label,
-        )
-
-        def after_validation(step: int, figures: Mapping[str, float]) -> None:
-            write_curves(run.path)
-            if on_validation is not None:
-                on_validation(step, figures)
-
-        def after_step(step: int) -> None:
-            reporter.at(step)
-            if on_step is not None:
-                on_step(step)
-
-        if start < cfg.steps:
-            with_validation = cfg.validate_every and env.is_main
-            with reporter:
-                groups = run_loop(run, groups, lambda s, g: step_fn(s, g, strategy), loop_cfg,
-                                  start_step=start,
-                                  validate=validate if with_validation else None,
-                                  best_value=best_value, after_validation=after_validation,
-                                  after_step=after_step)
-        if not env.is_main:
-            return MetaTrainResult(run, groups["params"], None)
-        if not score_test:  # the run ends here: `funcgraph runs` lists it as finished
-            run.log({"kind": "final", "step": cfg.steps, "test": "not scored"})
-            write_curves(run.path)
-            return MetaTrainResult(run, groups["params"], None)
-        tag = "best" if run.has_checkpoint("best") else "last"
-        final = run.load(tag, expect={"params": groups["params"]}, device=str(dev))[0]["params"]
-        test = evaluate(evaluation_learner(cfg, learner, final, sources, dev), final,
-                        sources.test, key=keys.test, episodes=cfg.test_episodes,
-                        strategy=test_strategy, device=dev, precision=cfg.precision)
-        run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
-        write_curves(run.path)
-        echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
-        return MetaTrainResult(run, groups["params"], test)
+        groups = start.groups
+        if start.step < cfg.steps:
+            groups = _train(cfg, session, start, step_fn, reporter, strategy, score,
+                            show_progress=show_progress, label=label,
+                            on_validation=on_validation, on_step=on_step)
+        return _end(cfg, session, groups, score, score_test=score_test)
     finally:
         run.close()
+
+
+@dataclass(frozen=True)
+class _Session:
+    """What the pieces of one run share and do not change: the plan (model, learner, initial
+    meta-parameters, vmap's chunk), the task sources, the device, this process's place in a
+    data-parallel job, the run directory and where the one-line summaries go. The config,
+    which the run resolves as it starts, travels beside it."""
+
+    plan: MetaTrainPlan
+    sources: TaskSources
+    dev: torch.device
+    env: distributed.DistEnv
+    run: Run
+    echo: Any
+
+    @property
+    def main_echo(self) -> Any:
+        """``echo`` on rank 0, ``None`` on the other ranks: a job says each line once."""
+        return self.echo if self.env.is_main else None
+
+    def score(self, cfg: MetaTrainConfig, params: Params, sample: TaskSampler, key: Key,
+              episodes: int, strategy: str) -> EvalResult:
+        """``params`` scored on ``episodes`` tasks of ``sample`` drawn from ``key``, as
+        validation and the test score them: by :func:`evaluation_learner`, with the scoring
+        ``strategy`` and the run's precision."""
+        scorer = evaluation_learner(cfg, self.plan.learner, params, self.sources, self.dev)
+        return evaluate(scorer, params, sample, key=key, episodes=episodes, strategy=strategy,
+                        device=self.dev, precision=cfg.precision)
+
+
+def _planned(cfg: MetaTrainConfig, sources: TaskSources | None, dev: torch.device,
+             env: distributed.DistEnv, echo: Any, place: str | None
+             ) -> tuple[MetaTrainPlan, TaskSources]:
+    """The run's plan (:func:`plan_meta_train`) and task sources (default: ``cfg``'s), with
+    the precision chosen for ``dev`` (``config.json`` records the choice; the run's first
+    lines say which and why) and ``measure`` taken as ``auto`` in a data-parallel job (the
+    timings differ per rank, and the ranks must agree)."""
+    if env.active and cfg.strategy == "measure":
+        cfg = replace(cfg, strategy="auto")
+    cfg = replace(cfg, precision=chosen_precision(cfg.precision, dev,
+                                                  echo if env.is_main else None))
+    sources = sources or sources_for(cfg)
+    plan = plan_meta_train(cfg, sources, dev, place=place)
+    if plan.memory_note is not None and env.is_main:
+        echo(plan.memory_note)
+    return plan, sources
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the loop starts: the groups (meta-parameters and optimiser state), the step,
+    the best validation so far, and the meta-step's strategy where the run has one
+    (``None``: chosen before the first step)."""
+
+    groups: Groups
+    step: int
+    best_value: float | None
+    strategy: str | None
+
+
+def _start(cfg: MetaTrainConfig, session: _Session, optimizer: Optimizer,
+           changes: Mapping[str, Any], *, resume: bool, place: str | None
+           ) -> tuple[MetaTrainConfig, _Start]:
+    """``cfg`` and where the loop starts: step 0 at the plan's meta-parameters, or with
+    ``resume`` the run's ``last`` checkpoint (:func:`resumed`), whose strategies are kept on
+    the device type they were chosen for and dropped from ``cfg`` (chosen again) on another
+    where ``cfg`` leaves them to the run; a resume logs the settings it ``changes`` (a
+    ``resume`` record) and says them. The tensors go to the run's device unless a placement
+    plan has put each where it belongs."""
+    env, run, dev = session.env, session.run, session.dev
+    params = session.plan.params
+    groups: Groups = {"params": params, "opt": optimizer.init(params)}
+    step, best_value, strategy = 0, None, cfg.step_strategy
+    if resume and run.has_checkpoint("last"):
+        groups, step, best_value, kept = resumed(run, groups, dev, env)
+        if kept is None and cfg.strategy in ("auto", "measure"):
+            if strategy is not None and env.is_main:
+                session.echo(f"resumed on {dev.type}: the run's strategies were chosen for "
+                             "another device; chosen again")
+            strategy = None
+            cfg = replace(cfg, step_strategy=None, score_strategy=None)
+        strategy = strategy or kept  # a run from before config.json recorded it
+        if changes and env.is_main:
+            run.log({"kind": "resume", "step": step, "changed": changes})
+            session.echo(f"resumed at step {step} with " + ", ".join(
+                f"{k} {new!r} (was {old!r})" for k, (old, new) in changes.items()))
+    if place is None:  # a placement plan has put every tensor where it belongs
+        groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
+    return cfg, _Start(groups, step, best_value, strategy)
+
+
+def _strategies(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: StepFn,
+                reporter: CompileReporter) -> tuple[str, str]:
+    """``(the meta-step's strategy, the scoring strategy)``: the step's as the run kept it,
+    else chosen now (``measure`` times the strategies on the first meta-batch, compiling
+    under ``reporter``); validation's and the test's by :func:`eval_strategy`. Rank 0 first
+    says what one meta-step will cost (:func:`step_cost`) where steps remain."""
+    dev, sources, strategy = session.dev, session.sources, start.strategy
+    if start.step < cfg.steps and session.env.is_main:  # before a step of minutes: its cost
+        seconds, measured = estimate_step_seconds(cfg, session.plan, sources, dev,
+                                                  strategy=strategy)
+        session.echo(step_cost(cfg, session.plan, seconds, measured, cfg.steps - start.step))
+    if strategy is None:
+        if cfg.strategy == "measure" and session.env.is_main:
+            session.echo("measuring the strategies on the first meta-batch (a few steps)")
+        with reporter:
+            strategy = resolve_strategy(cfg.strategy, dev,
+                                        examples_per_task=task_size(sources.train),
+                                        probe=lambda s: step_fn(start.step, start.groups, s),
+                                        compiled=cfg.compile)
+    # The training learner stands in for the scorer: running statistics change no sizes.
+    score = eval_strategy(cfg, sources, dev, session.plan.learner, start.groups["params"],
+                          session.main_echo)
+    return strategy, score
+
+
+def _loop_config(cfg: MetaTrainConfig, session: _Session, strategy: str, *,
+                 show_progress: bool, label: str) -> LoopConfig:
+    """The loop's settings: the step budget, checkpoints, validations and the best
+    checkpoint by the learner's metric, progress and writing on rank 0 alone, the checkpoint
+    meta (``strategy`` and the device type, which a resume keeps the strategy for), the
+    divergence bound with the run's rates, and the line before the first step."""
+    env, objective = session.env, session.plan.learner.objective
+    return LoopConfig(
+        total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
+        validate_every=cfg.validate_every, best_metric=objective.metric_name,
+        maximize=objective.higher_is_better, items_per_step=cfg.meta_batch,
+        item_name="tasks", show_progress=show_progress and env.is_main,
+        write=env.is_main, description=f"meta-train {cfg.algo}",
+        meta={"strategy": strategy, "device": session.dev.type, "world_size": env.world_size},
+        divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
+        first_step=(compile_note(use_compile_cache(), signature(cfg)) if cfg.compile else
+                    f"sampling {cfg.meta_batch:,} tasks, warming up"), label=label,
+    )
+
+
+def _train(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: StepFn,
+           reporter: CompileReporter, strategy: str, score: str, *, show_progress: bool,
+           label: str, on_validation: Callable[[int, Mapping[str, float]], object] | None,
+           on_step: Callable[[int], object] | None) -> Groups:
+    """The groups after the loop from ``start`` to the step budget (:func:`run_loop`), each
+    meta-step under ``strategy``: rank 0 validates every ``validate_every`` steps on the
+    validation split (scoring strategy ``score``), then writes the curves and calls
+    ``on_validation``; after each step the compile ``reporter`` and ``on_step`` see it."""
+    run = session.run
+    metric_name, val_key = session.plan.learner.objective.metric_name, RunKeys.of(cfg.seed).val
+
+    def validate(step: int, groups: Groups) -> dict[str, float]:
+        res = session.score(cfg, groups["params"], session.sources.val, val_key,
+                            cfg.val_episodes, score)
+        return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
+
+    def after_validation(step: int, figures: Mapping[str, float]) -> None:
+        write_curves(run.path)
+        if on_validation is not None:
+            on_validation(step, figures)
+
+    def after_step(step: int) -> None:
+        reporter.at(step)
+        if on_step is not None:
+            on_step(step)
+
+    with_validation = cfg.validate_every and session.env.is_main
+    with reporter:
+        return run_loop(run, start.groups, lambda s, g: step_fn(s, g, strategy),
+                        _loop_config(cfg, session, strategy, show_progress=show_progress,
+                                     label=label),
+                        start_step=start.step, validate=validate if with_validation else None,
+                        best_value=start.best_value, after_validation=after_validation,
+                        after_step=after_step)
+
+
+def _end(cfg: MetaTrainConfig, session: _Session, groups: Groups, score: str, *,
+         score_test: bool) -> MetaTrainResult:
+    """The run's result and its last records: on rank 0 the best checkpoint (else the last)
+    scored on the held-out tasks with the scoring strategy ``score`` (its ``test`` record,
+    the curves and the test line), or with ``score_test`` off a ``final`` record saying the
+    test was not scored; no test on the other ranks."""
+    run = session.run
+    if not session.env.is_main:
+        return MetaTrainResult(run, groups["params"], None)
+    if not score_test:  # the run ends here: `funcgraph runs` lists it as finished
+        run.log({"kind": "final", "step": cfg.steps, "test": "not scored"})
+        write_curves(run.path)
+        return MetaTrainResult(run, groups["params"], None)
+    tag = "best" if run.has_checkpoint("best") else "last"
+    final = run.load(tag, expect={"params": groups["params"]},
+                     device=str(session.dev))[0]["params"]
+    test = session.score(cfg, final, session.sources.test, RunKeys.of(cfg.seed).test,
+                         cfg.test_episodes, score)
+    run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
+    write_curves(run.path)
+    session.echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
+    return MetaTrainResult(run, groups["params"], test)
 
 
 __all__ = [
@@ -494,6 +616,7 @@ __all__ = [
     "run_model",
     "run_rates",
     "running_stats_twin",
+    "scoring_learner",
     "step_cost",
     "task_size",
     "train_step",
