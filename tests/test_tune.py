@@ -14,6 +14,7 @@ import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tune_spaces import TINY  # tests/ is on sys.path under pytest
 from typer.testing import CliRunner
 
 from funcgraph.cli import app
@@ -26,25 +27,6 @@ from funcgraph.runs.tune.study import origin
 from funcgraph.train.ownership import RunLock
 
 runner = CliRunner()
-
-TINY = """
-[study]
-algo = "maml"
-dataset = "sinusoid"
-
-[fixed]
-steps = 4
-validate_every = 2
-val_episodes = 4
-test_episodes = 4
-meta_batch = 4
-{fixed}
-
-[space]
-inner_lr = {{ low = 0.001, high = 0.05, log = true }}
-inner_steps = {{ low = 1, high = 2 }}
-"""
-
 
 def space_file(tmp_path: Path, fixed: str = "") -> Path:
     path = tmp_path / "space.toml"

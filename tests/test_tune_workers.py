@@ -15,24 +15,12 @@ from typing import Any
 
 import optuna
 import pytest
+from tune_spaces import TINY  # tests/ is on sys.path, here and in the spawned starts
 
 from funcgraph.runs.tune.space import parse_space
 from funcgraph.runs.tune.study import TuneOptions, open_study, retry_callback, retry_unfinished
 
-SPACE = """
-[study]
-algo = "maml"
-dataset = "sinusoid"
-
-[fixed]
-steps = 4
-validate_every = 2
-val_episodes = 4
-meta_batch = 4
-
-[space]
-inner_lr = { low = 0.001, high = 0.05, log = true }
-"""
+SPACE = TINY.format(fixed="")
 
 
 def _options(study_dir: Path, journal: Path, name: str | None = None) -> TuneOptions:
