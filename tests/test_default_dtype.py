@@ -8,7 +8,7 @@ reference model initialises float64 params and floating state and runs on a floa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,16 +16,6 @@ from torch import Tensor
 
 from funcgraph import Model, from_module, nn, random
 from funcgraph.models import conv4, early_exit_cnn, mlp, resnet, resnet12, rnn_classifier
-
-
-@pytest.fixture
-def float64_default() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
 
 
 def _image(c: int = 2, side: int = 8) -> Callable[[], Tensor]:
