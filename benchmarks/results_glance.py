@@ -158,8 +158,9 @@ class Study:
 @dataclass(frozen=True)
 class Peers:
     """funcgraph's ``ours`` against the real learn2learn in the newest ``peers`` record
-    (``benchmarks/peers.py``) at ``queries`` and ``threads``: the ratio of medians, each side's
-    median and quartiles, the CPU, and the share of the step's op-limit."""
+    (``benchmarks/peers.py``) at ``queries`` and ``threads`` with glibc's default allocator on
+    both sides: the ratio of medians, each side's median and quartiles, the CPU, and the share
+    of the step's op-limit."""
 
     label: str
     queries: int
@@ -172,7 +173,7 @@ class Peers:
         for record in sorted(read("peers"), key=lambda r: r["date"], reverse=True):
             rows = {f["implementation"]: f for f in record["figures"]
                     if "wall_s_median" in f and f["queries"] == self.queries
-                    and f["threads"] == self.threads}
+                    and f["threads"] == self.threads and f.get("malloc") == "default"}
             ours, peer = rows.get(self.ours), rows.get("learn2learn")
             if ours and peer and self.memory:
                 mine, theirs = ours["peak_rss_mb_median"], peer["peak_rss_mb_median"]
@@ -209,10 +210,10 @@ GLANCE: tuple[tuple[Entry, str], ...] = (
      META + "#the-four-standard-settings"),
     (Peers("One second-order MAML meta-step of your own `nn.Module` through "
            "`meta.maml(module)` against the real learn2learn 0.2.0 (`MAML.clone().adapt`): pooled "
-           "conv4, 5-way 1-shot, 32 tasks, 1 query, one thread, glibc's default allocator on "
-           "every side", 1, 1), META + "#against-the-real-peers"),
-    (Peers("The same at 15 queries per class", 15, 1), META + "#against-the-real-peers"),
-    (Peers("Peak memory of that step at 1 query", 1, 1, memory=True),
+           "conv4, 5-way 1-shot, 32 tasks, 1 query, two threads, glibc's default allocator on "
+           "every side", 1, 2), META + "#against-the-real-peers"),
+    (Peers("The same at 15 queries per class", 15, 2), META + "#against-the-real-peers"),
+    (Peers("Peak memory of that step at 1 query", 1, 2, memory=True),
      META + "#against-the-real-peers"),
     (Edge("Export for the edge: the AOTInductor-compiled `torch.export` program against the "
           "eager model, batch 1"), "docs/results/benchmarks.md"),
