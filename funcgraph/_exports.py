@@ -10,19 +10,20 @@ itself is imported on first attribute access, and a package whose names load on 
 A package that imports its names itself makes the call under ``if not TYPE_CHECKING:``, so
 that type checkers resolve its names through those imports (a module ``__getattr__`` they
 can see would let any misspelt name pass). This module imports nothing but
-:mod:`importlib`, so ``import funcgraph`` stays free of torch.
+:mod:`importlib` and :mod:`sys`, so ``import funcgraph`` stays free of torch.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
 def lazy_exports(
     package: str,
-    public: Iterable[str],
+    public: Iterable[str] | None = None,
     *,
     submodules: Iterable[str],
     homes: Mapping[str, str] | None = None,
@@ -31,7 +32,9 @@ def lazy_exports(
 
     Arguments:
         package: the package's ``__name__``.
-        public: its ``__all__``.
+        public: its ``__all__``; ``None`` reads the package's ``__all__`` when ``dir()`` is
+            first called, for a package that lists its names after this call (its list then
+            ends the file).
         submodules: the submodules its docs cite, reachable as ``package.<name>``: with
             ``public``, all that ``dir()`` lists.
         homes: public name -> the module defining it, relative to ``package`` (``"control"``,
@@ -43,7 +46,7 @@ def lazy_exports(
     """
     home_of = dict(homes or {})
     cited = frozenset(submodules)
-    listed = sorted({*public, *cited})
+    listed: list[str] = []
 
     def getattr_(name: str) -> Any:
         if name in home_of:
@@ -56,6 +59,9 @@ def lazy_exports(
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def dir_() -> list[str]:
+        if not listed:
+            names = public if public is not None else sys.modules[package].__all__
+            listed.extend(sorted({*names, *cited}))
         return list(listed)
 
     getattr_.__doc__ = (f"A name or documented submodule of {package} that is not loaded "

@@ -20,6 +20,11 @@ from .trace import (
     trace,
 )
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "calls", "graph", "render", "taps", "trace"))
+
+
 __all__ = [
     "Graph",
     "GraphDiff",
@@ -38,8 +43,3 @@ __all__ = [
     "tap",
     "trace",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "calls", "graph", "render", "taps", "trace"))

@@ -18,6 +18,12 @@ from .load import check_model, load_model, resolve_source
 from .meta_tensors import meta_init
 from .registry import REGISTRY, Registry, register_layer
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "adapters", "build", "builtin_layers", "config", "expr", "inits", "layer_type", "load",
+        "meta_tensors", "registry", "values"))
+
+
 __all__ = [
     "INITIALIZERS",
     "REGISTRY",
@@ -41,9 +47,3 @@ __all__ = [
     "shipped_configs",
     "with_init",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "adapters", "build", "builtin_layers", "config", "expr", "inits", "layer_type", "load",
-        "meta_tensors", "registry", "values"))

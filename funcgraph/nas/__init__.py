@@ -68,6 +68,12 @@ from .search import (
     supernet_accuracy,
 )
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "bilevel", "cell", "genotype", "mixed", "network", "ops", "perturbation", "remedies",
+        "search"))
+
+
 __all__ = [
     "ARCH_PREFIX",
     "AUX_SKIP",
@@ -126,9 +132,3 @@ __all__ = [
     "unrolled_weights",
     "weighted_sum",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "bilevel", "cell", "genotype", "mixed", "network", "ops", "perturbation", "remedies",
-        "search"))

@@ -37,6 +37,12 @@ from .norm import BatchStatisticsWarning, batch_norm, group_norm, layer_norm
 from .recurrent import gru, lstm
 from .stochastic_depth import Warmup, blocks_ran, linear_decay, ran_metrics, stochastic_depth
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "compose", "conv_norm", "dropblock", "dropout", "early_exit", "functional", "init",
+        "linear", "norm", "recurrent", "stochastic_depth", "torch_chain", "torch_module"))
+
+
 __all__ = [
     "BatchStatisticsWarning",
     "Children",
@@ -84,9 +90,3 @@ __all__ = [
     "tanh",
     "with_threshold",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "compose", "conv_norm", "dropblock", "dropout", "early_exit", "functional", "init",
-        "linear", "norm", "recurrent", "stochastic_depth", "torch_chain", "torch_module"))

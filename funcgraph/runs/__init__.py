@@ -32,6 +32,12 @@ from .search_plan import class_halves
 from .task_sources import TaskSources, task_sources
 from .train import FitResult, TrainConfig, fit, train_config
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "evaluate", "export", "graph", "load", "meta_training", "search", "search_plan", "train",
+        "tune"))
+
+
 __all__ = [
     "FitResult",
     "LoadedRun",
@@ -58,9 +64,3 @@ __all__ = [
     "train_config",
     "with_overrides",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "evaluate", "export", "graph", "load", "meta_training", "search", "search_plan", "train",
-        "tune"))

@@ -23,6 +23,11 @@ from .assertions import (
 from .branches import BranchRecord, assert_branches_covered, record_branches
 from .module_match import assert_matches_module
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "assertions", "branches", "module_match", "plugin", "strategies"))
+
+
 __all__ = [
     "BranchRecord",
     "assert_branches_covered",
@@ -32,8 +37,3 @@ __all__ = [
     "assert_vmap_matches_loop",
     "record_branches",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "assertions", "branches", "module_match", "plugin", "strategies"))

@@ -9,6 +9,12 @@ from .loop import Groups, LoopConfig, StepFn, run_loop
 from .optim import Optimizer, adam, cosine_lr, sgd
 from .run_dir import Run
 
+if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
+    __getattr__, __dir__ = lazy_exports(__name__, submodules=(
+        "checkpoint", "divergence", "events", "loop", "optim", "ownership", "run_dir",
+        "supervised"))
+
+
 __all__ = [
     "DIVERGENCE_BOUND",
     "check_diverged",
@@ -25,9 +31,3 @@ __all__ = [
     "save_checkpoint",
     "sgd",
 ]
-
-
-if not TYPE_CHECKING:  # type checkers see the names and submodules through the imports
-    __getattr__, __dir__ = lazy_exports(__name__, __all__, submodules=(
-        "checkpoint", "divergence", "events", "loop", "optim", "ownership", "run_dir",
-        "supervised"))
