@@ -46,7 +46,7 @@ class CompileFallback(UserWarning):
 
 _COMPILED: dict[tuple[Any, ...], Any] = {}
 _FAILED: dict[tuple[Any, ...], str] = {}
-KEEP = 8
+MAX_COMPILED = 8
 """Compiled meta-gradients kept per process (the newest; a settings study builds a learner
 per trial)."""
 
@@ -146,17 +146,17 @@ def compiled_mean_grads(task_grad: Callable[..., Any], strategy: str, *,
     With ``inputs``, ``task_grad`` is ``(meta_params, task, inputs) -> ...``, the tensors of
     a :class:`~funcgraph.meta.learner.StepInputs` (its ``fn``), passed to every task alike;
     without, ``inputs`` is ignored."""
-    whole = (*key, strategy, chunk_size, backend, inputs)
-    if whole in _FAILED:
-        note(False, _FAILED[whole])
+    cache_key = (*key, strategy, chunk_size, backend, inputs)
+    if cache_key in _FAILED:
+        note(False, _FAILED[cache_key])
         return None
-    fresh = whole not in _COMPILED
+    fresh = cache_key not in _COMPILED
     if fresh:
-        while len(_COMPILED) >= KEEP:
+        while len(_COMPILED) >= MAX_COMPILED:
             _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[whole] = _make(task_grad, strategy, chunk_size, backend, inputs)
-    fn: MeanGrads = _COMPILED[whole]
-    return _guarded(fn, whole, fresh)
+        _COMPILED[cache_key] = _make(task_grad, strategy, chunk_size, backend, inputs)
+    fn: MeanGrads = _COMPILED[cache_key]
+    return _guarded(fn, cache_key, fresh)
 
 
 def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -217,7 +217,7 @@ def looped_mean(results: Iterable[tuple[Params, Tensor, Tensor]]
             torch.stack(metrics).mean())
 
 
-def _guarded(fn: MeanGrads, whole: tuple[Any, ...], fresh: bool) -> MeanGrads:
+def _guarded(fn: MeanGrads, cache_key: tuple[Any, ...], fresh: bool) -> MeanGrads:
     """``fn``, turning a compile failure into one :class:`CompileFallback` and ``None``
     results for the caller to run eagerly (raised as :class:`NotCompiled`); a ``fresh``
     function (its first call compiles) tells the current :class:`CompileRecord` when it
@@ -234,8 +234,8 @@ def _guarded(fn: MeanGrads, whole: tuple[Any, ...], fresh: bool) -> MeanGrads:
             reason = compile_failure(e)
             if reason is None:
                 raise
-            _FAILED[whole] = reason
-            _COMPILED.pop(whole, None)
+            _FAILED[cache_key] = reason
+            _COMPILED.pop(cache_key, None)
             note(False, reason)
             if record is not None and record.on_done is not None:
                 record.on_done(time.perf_counter() - started, reason)

@@ -114,9 +114,9 @@ def msl_weights(steps: int, meta_step: int, anneal_steps: int) -> tuple[float, .
         return (0.0,) * (steps - 1) + (1.0,)
     floor = MSL_FLOOR / steps
     decay = meta_step / (steps * anneal_steps)
-    early = max(1.0 / steps - decay, floor)
+    earlier = max(1.0 / steps - decay, floor)  # each step's weight before the last
     last = min(1.0 / steps + (steps - 1) * decay, 1.0 - (steps - 1) * floor)
-    return (early,) * (steps - 1) + (last,)
+    return (earlier,) * (steps - 1) + (last,)
 
 
 def _row(rows: Tensor, step: int) -> Tensor:
