@@ -374,30 +374,30 @@ def _meta_train(
                      env=env, tensorboard=tensorboard,
                      added={"precision": "float32", "compile": False, "max_memory": None})
     try:
-        session = _Session(plan, sources, dev, env, run, echo)
+        setup = _Setup(plan, sources, dev, env, run, echo)
         optimizer = meta_optimizer(cfg)
-        cfg, start = _start(cfg, session, optimizer, changes, resume=resume, place=place)
+        cfg, start = _start(cfg, setup, optimizer, changes, resume=resume, place=place)
         step_fn = train_step(cfg, plan.learner, optimizer, sources, dev, env, sync_every,
                              plan.chunk_size)
         # compiling: its cache folder set now, its lines and records (measure's probe too)
-        reporter = CompileReporter(cfg, run if env.is_main else None, session.main_echo,
+        reporter = CompileReporter(cfg, run if env.is_main else None, setup.main_echo,
                                    start=start.step)
-        strategy, score = _strategies(cfg, session, start, step_fn, reporter)
+        strategy, score = _strategies(cfg, setup, start, step_fn, reporter)
         cfg = replace(cfg, step_strategy=strategy, score_strategy=score)
         if env.is_main:  # what the run resolved, for --resume and funcgraph evaluate
             run.record({k: getattr(cfg, k) for k in RECORDED_BY_THE_RUN})
         groups = start.groups
         if start.step < cfg.steps:
-            groups = _train(cfg, session, start, step_fn, reporter, strategy, score,
+            groups = _train(cfg, setup, start, step_fn, reporter, strategy, score,
                             show_progress=show_progress, label=label,
                             on_validation=on_validation, on_step=on_step)
-        return _end(cfg, session, groups, score, score_test=score_test)
+        return _end(cfg, setup, groups, score, score_test=score_test)
     finally:
         run.close()
 
 
 @dataclass(frozen=True)
-class _Session:
+class _Setup:
     """What the pieces of one run share and do not change: the plan (model, learner, initial
     meta-parameters, vmap's chunk), the task sources, the device, this process's place in a
     data-parallel job, the run directory and where the one-line summaries go. The config,
@@ -455,7 +455,7 @@ class _Start:
     strategy: str | None
 
 
-def _start(cfg: MetaTrainConfig, session: _Session, optimizer: Optimizer,
+def _start(cfg: MetaTrainConfig, setup: _Setup, optimizer: Optimizer,
            changes: Mapping[str, Any], *, resume: bool, place: str | None
            ) -> tuple[MetaTrainConfig, _Start]:
     """``cfg`` and where the loop starts: step 0 at the plan's meta-parameters, or with
@@ -464,74 +464,74 @@ def _start(cfg: MetaTrainConfig, session: _Session, optimizer: Optimizer,
     where ``cfg`` leaves them to the run; a resume logs the settings it ``changes`` (a
     ``resume`` record) and says them. The tensors go to the run's device unless a placement
     plan has put each where it belongs."""
-    env, run, dev = session.env, session.run, session.dev
-    params = session.plan.params
+    env, run, dev = setup.env, setup.run, setup.dev
+    params = setup.plan.params
     groups: Groups = {"params": params, "opt": optimizer.init(params)}
     step, best_value, strategy = 0, None, cfg.step_strategy
     if resume and run.has_checkpoint("last"):
         groups, step, best_value, kept = resumed(run, groups, dev, env)
         if kept is None and cfg.strategy in ("auto", "measure"):
             if strategy is not None and env.is_main:
-                session.echo(f"resumed on {dev.type}: the run's strategies were chosen for "
+                setup.echo(f"resumed on {dev.type}: the run's strategies were chosen for "
                              "another device; chosen again")
             strategy = None
             cfg = replace(cfg, step_strategy=None, score_strategy=None)
         strategy = strategy or kept  # a run from before config.json recorded it
         if changes and env.is_main:
             run.log({"kind": "resume", "step": step, "changed": changes})
-            session.echo(f"resumed at step {step} with " + ", ".join(
+            setup.echo(f"resumed at step {step} with " + ", ".join(
                 f"{k} {new!r} (was {old!r})" for k, (old, new) in changes.items()))
     if place is None:  # a placement plan has put every tensor where it belongs
         groups = {g: {n: t.to(dev) for n, t in d.items()} for g, d in groups.items()}
     return cfg, _Start(groups, step, best_value, strategy)
 
 
-def _strategies(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: StepFn,
+def _strategies(cfg: MetaTrainConfig, setup: _Setup, start: _Start, step_fn: StepFn,
                 reporter: CompileReporter) -> tuple[str, str]:
     """``(the meta-step's strategy, the scoring strategy)``: the step's as the run kept it,
     else chosen now (``measure`` times the strategies on the first meta-batch, compiling
     under ``reporter``); validation's and the test's by :func:`eval_strategy`. Rank 0 first
     says what one meta-step will cost (:func:`step_cost`) where steps remain."""
-    dev, sources, strategy = session.dev, session.sources, start.strategy
-    if start.step < cfg.steps and session.env.is_main:  # before a step of minutes: its cost
-        seconds, measured = estimate_step_seconds(cfg, session.plan, sources, dev,
+    dev, sources, strategy = setup.dev, setup.sources, start.strategy
+    if start.step < cfg.steps and setup.env.is_main:  # before a step of minutes: its cost
+        seconds, measured = estimate_step_seconds(cfg, setup.plan, sources, dev,
                                                   strategy=strategy)
-        session.echo(step_cost(cfg, session.plan, seconds, measured, cfg.steps - start.step))
+        setup.echo(step_cost(cfg, setup.plan, seconds, measured, cfg.steps - start.step))
     if strategy is None:
-        if cfg.strategy == "measure" and session.env.is_main:
-            session.echo("measuring the strategies on the first meta-batch (a few steps)")
+        if cfg.strategy == "measure" and setup.env.is_main:
+            setup.echo("measuring the strategies on the first meta-batch (a few steps)")
         with reporter:
             strategy = resolve_strategy(cfg.strategy, dev,
                                         examples_per_task=task_size(sources.train),
                                         probe=lambda s: step_fn(start.step, start.groups, s),
                                         compiled=cfg.compile)
     # The training learner stands in for the scorer: running statistics change no sizes.
-    score = eval_strategy(cfg, sources, dev, session.plan.learner, start.groups["params"],
-                          session.main_echo)
+    score = eval_strategy(cfg, sources, dev, setup.plan.learner, start.groups["params"],
+                          setup.main_echo)
     return strategy, score
 
 
-def _loop_config(cfg: MetaTrainConfig, session: _Session, strategy: str, *,
+def _loop_config(cfg: MetaTrainConfig, setup: _Setup, strategy: str, *,
                  show_progress: bool, label: str) -> LoopConfig:
     """The loop's settings: the step budget, checkpoints, validations and the best
     checkpoint by the learner's metric, progress and writing on rank 0 alone, the checkpoint
     meta (``strategy`` and the device type, which a resume keeps the strategy for), the
     divergence bound with the run's rates, and the line before the first step."""
-    env, objective = session.env, session.plan.learner.objective
+    env, objective = setup.env, setup.plan.learner.objective
     return LoopConfig(
         total_steps=cfg.steps, checkpoint_every=cfg.checkpoint_every,
         validate_every=cfg.validate_every, best_metric=objective.metric_name,
         maximize=objective.higher_is_better, items_per_step=cfg.meta_batch,
         item_name="tasks", show_progress=show_progress and env.is_main,
         write=env.is_main, description=f"meta-train {cfg.algo}",
-        meta={"strategy": strategy, "device": session.dev.type, "world_size": env.world_size},
+        meta={"strategy": strategy, "device": setup.dev.type, "world_size": env.world_size},
         divergence_bound=DIVERGENCE_BOUND, rates=run_rates(cfg),
         first_step=(compile_note(use_compile_cache(), signature(cfg)) if cfg.compile else
                     f"sampling {cfg.meta_batch:,} tasks, warming up"), label=label,
     )
 
 
-def _train(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: StepFn,
+def _train(cfg: MetaTrainConfig, setup: _Setup, start: _Start, step_fn: StepFn,
            reporter: CompileReporter, strategy: str, score: str, *, show_progress: bool,
            label: str, on_validation: Callable[[int, Mapping[str, float]], object] | None,
            on_step: Callable[[int], object] | None) -> Groups:
@@ -539,11 +539,11 @@ def _train(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: Step
     meta-step under ``strategy``: rank 0 validates every ``validate_every`` steps on the
     validation split (scoring strategy ``score``), then writes the curves and calls
     ``on_validation``; after each step the compile ``reporter`` and ``on_step`` see it."""
-    run = session.run
-    metric_name, val_key = session.plan.learner.objective.metric_name, RunKeys.of(cfg.seed).val
+    run = setup.run
+    metric_name, val_key = setup.plan.learner.objective.metric_name, RunKeys.of(cfg.seed).val
 
     def validate(step: int, groups: Groups) -> dict[str, float]:
-        res = session.score(cfg, groups["params"], session.sources.val, val_key,
+        res = setup.score(cfg, groups["params"], setup.sources.val, val_key,
                             cfg.val_episodes, score)
         return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
@@ -557,24 +557,24 @@ def _train(cfg: MetaTrainConfig, session: _Session, start: _Start, step_fn: Step
         if on_step is not None:
             on_step(step)
 
-    with_validation = cfg.validate_every and session.env.is_main
+    with_validation = cfg.validate_every and setup.env.is_main
     with reporter:
         return run_loop(run, start.groups, lambda s, g: step_fn(s, g, strategy),
-                        _loop_config(cfg, session, strategy, show_progress=show_progress,
+                        _loop_config(cfg, setup, strategy, show_progress=show_progress,
                                      label=label),
                         start_step=start.step, validate=validate if with_validation else None,
                         best_value=start.best_value, after_validation=after_validation,
                         after_step=after_step)
 
 
-def _end(cfg: MetaTrainConfig, session: _Session, groups: Groups, score: str, *,
+def _end(cfg: MetaTrainConfig, setup: _Setup, groups: Groups, score: str, *,
          score_test: bool) -> MetaTrainResult:
     """The run's result and its last records: on rank 0 the best checkpoint (else the last)
     scored on the held-out tasks with the scoring strategy ``score`` (its ``test`` record,
     the curves and the test line), or with ``score_test`` off a ``final`` record saying the
     test was not scored; no test on the other ranks."""
-    run = session.run
-    if not session.env.is_main:
+    run = setup.run
+    if not setup.env.is_main:
         return MetaTrainResult(run, groups["params"], None)
     if not score_test:  # the run ends here: `funcgraph runs` lists it as finished
         run.log({"kind": "final", "step": cfg.steps, "test": "not scored"})
@@ -582,12 +582,12 @@ def _end(cfg: MetaTrainConfig, session: _Session, groups: Groups, score: str, *,
         return MetaTrainResult(run, groups["params"], None)
     tag = "best" if run.has_checkpoint("best") else "last"
     final = run.load(tag, expect={"params": groups["params"]},
-                     device=str(session.dev))[0]["params"]
-    test = session.score(cfg, final, session.sources.test, RunKeys.of(cfg.seed).test,
+                     device=str(setup.dev))[0]["params"]
+    test = setup.score(cfg, final, setup.sources.test, RunKeys.of(cfg.seed).test,
                          cfg.test_episodes, score)
     run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
     write_curves(run.path)
-    session.echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
+    setup.echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
     return MetaTrainResult(run, groups["params"], test)
 
 
