@@ -146,7 +146,12 @@ def test_an_unknown_algorithm_names_the_registered_ones() -> None:
 
 def test_the_algo_help_lists_the_registry() -> None:
     help_text = meta_train_params()["algo"].help
-    for name in algorithm_names():
+    # the help is written when the command module loads: funcgraph's own algorithms are in it;
+    # one a test registered later in this process (a docs page's --import) may not be
+    built_in = [n for n in algorithm_names()
+                if algorithm_type(n).settings.__module__.startswith("funcgraph.")]
+    assert len(built_in) >= 8, built_in
+    for name in built_in:
         assert name in help_text, f"--algo's help misses {name}"
 
 
