@@ -192,7 +192,9 @@ def test_a_task_failing_on_a_worker_thread_raises_in_the_caller() -> None:
 
 def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
     """``torch.compile(fullgraph=True)`` of one task's second-order meta-gradient traces
-    without a graph break (``in_transform`` is compile-aware) and gives the reference's."""
+    without a graph break (``in_transform`` is compile-aware) and gives the reference's.
+    Dynamo and AOTAutograd trace it (``aot_eager``); inductor's code for such a graph is
+    tests/test_meta_compile_modules.py's ``slow`` test."""
     from funcgraph.meta.learner import objective
     from funcgraph.meta.maml_family import InnerLoop, task_loss
 
@@ -203,7 +205,8 @@ def test_compiled_second_order_task_gradient_equals_the_reference() -> None:
     def loss(p: Params, task: Task) -> tuple[Tensor, Tensor]:
         return task_loss(apply, p, task, objective=objective("classification"), inner=inner)
 
-    compiled = torch.compile(torch.func.grad(loss, has_aux=True), fullgraph=True, dynamic=False)
+    compiled = torch.compile(torch.func.grad(loss, has_aux=True), backend="aot_eager",
+                             fullgraph=True, dynamic=False)
     got, _ = compiled(params, tasks.pick(0))
     want = reference_meta_grad(apply, params, tasks, steps=1, lr=0.3, first_order=False)
     assert_grads_close(got, want, "compiled maml")

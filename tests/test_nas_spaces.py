@@ -200,8 +200,8 @@ def test_search_command_takes_a_space_file(tmp_path: Path) -> None:
     space.write_text(json.dumps({"primitives": ["skip_connect", "max_pool_3x3", "none"]}))
     result = CliRunner().invoke(app, ["search", "--steps", "2", "--classes", "4", "-C", "4",
                                       "--layers", "3", "--batch-size", "8", "--space",
-                                      str(space), "--device", "cpu", "--out",
-                                      str(tmp_path / "run")])
+                                      str(space), "--select", "argmax", "--device", "cpu",
+                                      "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     genotype = json.loads((tmp_path / "run" / "genotype.json").read_text())
     ops = {op for op, _ in genotype["normal"] + genotype["reduce"]}

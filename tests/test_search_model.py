@@ -48,8 +48,10 @@ params = { c = 4, layers = 2, steps = "$nodes", multiplier = "$nodes" }
 """
 """steps=3, multiplier=3, c=4, layers=2, with a variable as any factory config may use."""
 SEARCH = ["search", "--steps", "2", "--classes", "4", "--image-size", "8", "--batch-size",
-          "8", "--threads", "1", "--device", "cpu"]
-"""The tiniest glyph search the CLI runs: two steps of 8 images of 8x8 pixels."""
+          "8", "--threads", "1", "--device", "cpu", "--select", "argmax"]
+"""The tiniest glyph search the CLI runs: two steps of 8 images of 8x8 pixels, the genotype
+derived by argmax (selection by perturbation, most of a tiny search's time, has its own tests
+in tests/test_nas_perturbation.py)."""
 
 
 def _write(path: Path, text: str) -> Path:
@@ -277,7 +279,7 @@ def test_partial_channels_must_divide_the_configs_width(tmp_path: Path) -> None:
 
 # --- without --model: the default search, exactly ------------------------------------------
 
-CFG = SearchConfig(C=2, layers=3, steps=2, batch_size=8, stop_skips=None)
+CFG = SearchConfig(C=2, layers=3, steps=2, batch_size=8, stop_skips=None, select="argmax")
 
 
 def _todays_model(cfg: SearchConfig, data: SearchData) -> Any:
