@@ -19,8 +19,9 @@ SETTINGS = ("5way1shot", "5way5shot", "20way1shot", "20way5shot")
 ALGORITHMS = ("protonet", "maml", "mamlpp")
 SOURCES = ("standard-settings", "meta-learning", "readme")
 """Record files whose runs may fill a cell (the README's run is ProtoNet's 5-way 1-shot)."""
-RECIPE_OPTIONS = {"algo", "tasks", "out", "threads", "dataset"}
-"""Options a default run may carry: anything else changes the recipe."""
+RECIPE_OPTIONS = {"algo", "tasks", "out", "threads", "dataset", "resume"}
+"""Options a default run may carry: anything else changes the recipe (``--resume`` continues
+the run's own recorded options, and refuses changed ones)."""
 
 Records = Callable[[str], list[dict[str, Any]]]
 

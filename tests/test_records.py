@@ -241,3 +241,16 @@ def test_a_plot_is_stale_when_its_records_change(bench: dict[str, ModuleType],
     records["readme"].append(_run_record("funcgraph meta-train --tasks 5way1shot --seed 1", 0.96))
     assert [p for p, _ in plots.stale_plots(tmp_path, read) if p == path], \
         "a new record redraws the plot"
+
+
+def test_a_resumed_default_run_fills_its_settings_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--resume`` continues a run's own recorded options, so a resumed default run is a
+    default run; any option that changes the recipe is not."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from results_settings import is_default
+
+    base = "funcgraph meta-train --tasks 5way5shot --algo mamlpp --threads 1 --out runs/x"
+    assert is_default(base, "mamlpp", "5way5shot")
+    assert is_default(f"{base} --resume", "mamlpp", "5way5shot")
+    assert not is_default(f"{base} --resume --inner-lr 0.5", "mamlpp", "5way5shot")
+    assert not is_default(f"{base} --resume", "mamlpp", "20way5shot")
