@@ -111,7 +111,7 @@ def test_two_meta_train_processes_on_one_out_exactly_one_proceeds(tmp_path: Path
     exactly one process trains, the others exit 2 naming the holder, and the run is intact."""
     out = tmp_path / "race"
     base = [sys.executable, "-m", "funcgraph", "meta-train", "--dataset", "sinusoid",
-            "--steps", "400", "--meta-batch", "2", "--episodes", "2", "--val-episodes", "2",
+            "--steps", "150", "--meta-batch", "2", "--episodes", "2", "--val-episodes", "2",
             "--validate-every", "0", "--device", "cpu", "--out", str(out)]
     procs = [subprocess.Popen([*base, "--seed", str(s)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for s in (1, 2)]
