@@ -81,9 +81,10 @@ conv4, one thread, 0.79 against 1.14 GB at 0.531 against 0.540 s (memory kept).
 
 Fewer at a time trade speed for memory by the model's size (2 threads, glibc's default, median
 of 6): 8 at a time against 16 is 4% faster on pooled conv4 of width 64 at 1 query (1.022 against
-1.065 s, 0.56 against 0.73 GB) but 12% slower on MAML++'s default step, strided conv4 of width
-32 at 3 queries, 16 tasks (0.234 against 0.209 s, 0.37 against 0.41 GB). 16 stays the
-default; ``chunk_size=8`` is the memory-saving choice for wide pooled models.
+1.065 s, 0.56 against 0.73 GB) but 12% slower at the shape of MAML++'s default step, strided
+conv4 of width 32 at 3 queries, 16 tasks, one inner step (0.234 against 0.209 s, 0.37 against
+0.41 GB). 16 stays the default; ``chunk_size=8`` is the memory-saving choice for wide pooled
+models.
 """
 
 
