@@ -473,7 +473,7 @@ def _start(cfg: MetaTrainConfig, setup: _Setup, optimizer: Optimizer,
         if kept is None and cfg.strategy in ("auto", "measure"):
             if strategy is not None and env.is_main:
                 setup.echo(f"resumed on {dev.type}: the run's strategies were chosen for "
-                             "another device; chosen again")
+                           "another device; chosen again")
             strategy = None
             cfg = replace(cfg, step_strategy=None, score_strategy=None)
         strategy = strategy or kept  # a run from before config.json recorded it
@@ -544,7 +544,7 @@ def _train(cfg: MetaTrainConfig, setup: _Setup, start: _Start, step_fn: StepFn,
 
     def validate(step: int, groups: Groups) -> dict[str, float]:
         res = setup.score(cfg, groups["params"], setup.sources.val, val_key,
-                            cfg.val_episodes, score)
+                          cfg.val_episodes, score)
         return {metric_name: res.mean, "ci95": res.ci95, "loss": res.loss}
 
     def after_validation(step: int, figures: Mapping[str, float]) -> None:
@@ -584,7 +584,7 @@ def _end(cfg: MetaTrainConfig, setup: _Setup, groups: Groups, score: str, *,
     final = run.load(tag, expect={"params": groups["params"]},
                      device=str(setup.dev))[0]["params"]
     test = setup.score(cfg, final, setup.sources.test, RunKeys.of(cfg.seed).test,
-                         cfg.test_episodes, score)
+                       cfg.test_episodes, score)
     run.log({"kind": "test", "step": cfg.steps, "checkpoint": tag, **test.as_record()})
     write_curves(run.path)
     setup.echo(f"test ({tag} checkpoint, {cfg.tasks}): {test}")
